@@ -1,0 +1,338 @@
+"""Choosing devices: ``--device`` / ``--mps``, the ``device`` fixture, device markers."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_mps import backend
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICE_HELP = (
+    "run tests that take the 'device' fixture on DEV: cpu, mps, cuda, cuda:N, or "
+    "auto (best available: mps > cuda > cpu). Repeat for several devices. "
+    "Default: cpu."
+)
+MPS_HELP = "run on the Apple GPU (shorthand for --device mps); stop if MPS is unusable."
+
+#: The devices chosen for this session, canonical ids (``cpu``, ``mps``, ``cuda:0``).
+devices_key = pytest.StashKey[list[str]]()
+
+_SPEC = re.compile(r"^(cpu|mps|cuda|auto)(?::(\d+))?$")
+
+
+def parse_device(value: str, where: str) -> str:
+    """Validate one device spec and return its session id.
+
+    ``mps`` and ``mps:0`` are one device (id ``mps``); ``cuda`` is ``cuda:0``.
+    Raises ValueError naming ``where`` the value came from.
+    """
+    prefix = f"{where}: " if where else ""
+    text = value.strip().lower()
+    match = _SPEC.match(text)
+    if match is None:
+        raise ValueError(
+            f"{prefix}{value!r} is not a device; use cpu, mps, cuda, cuda:N or auto"
+        )
+    kind, index = match.group(1), match.group(2)
+    if kind in ("cpu", "auto"):
+        if index is not None:
+            raise ValueError(f"{prefix}{value!r}: {kind} takes no index")
+        return kind
+    if kind == "mps":
+        if index not in (None, "0"):
+            raise ValueError(f"{prefix}{value!r}: MPS has one device, mps:0")
+        return "mps"
+    return f"cuda:{index or 0}"
+
+
+def _device_arg(value: str) -> str:
+    try:
+        return parse_device(value, "")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mps", "pytest-mps: PyTorch devices, timing and hygiene")
+    group.addoption(
+        "--device",
+        "--mps-device",
+        action="append",
+        dest="mps_devices",
+        type=_device_arg,
+        metavar="DEV",
+        default=None,
+        help=DEVICE_HELP,
+    )
+    group.addoption(
+        "--mps", action="store_true", dest="mps_only", default=False, help=MPS_HELP
+    )
+    parser.addini("mps_devices", DEVICE_HELP, type="linelist", default=[])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_mps_auto_device(config: pytest.Config) -> str | None:
+    import torch
+
+    if backend.mps_built() and backend.mps_available():
+        return "mps"
+    if torch.cuda.is_available():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+def _requested(config: pytest.Config) -> tuple[list[str], str]:
+    """The device ids asked for, and where they came from (for error messages)."""
+    cli: list[str] = list(config.getoption("mps_devices") or [])
+    if config.getoption("mps_only"):
+        return (["mps", *[d for d in cli if d != "mps"]], "--mps")
+    if cli:
+        return cli, "--device"
+    ini_values: list[str] = config.getini("mps_devices")
+    if ini_values:
+        where = f"ini option mps_devices in {config.inipath}"
+        try:
+            return [parse_device(v, where) for v in ini_values], where
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return ["cpu"], "default"
+
+
+def _check_usable(device: str, where: str) -> None:
+    where = where if where == "--mps" else f"{where} {device}"
+    if device == "mps":
+        reason = backend.mps_unavailable_reason()
+        if reason is not None:
+            raise pytest.UsageError(f"{where}: MPS cannot be used: {reason}")
+        return
+    if device.startswith("cuda"):
+        if not backend.torch_installed():
+            raise pytest.UsageError(f"{where}: torch is not installed")
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(
+                f"{where}: CUDA is not available "
+                f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
+            )
+        index = int(device.split(":")[1])
+        count = torch.cuda.device_count()
+        if index >= count:
+            raise pytest.UsageError(
+                f"{where}: only {count} CUDA device(s) are visible"
+            )
+
+
+def resolve_devices(config: pytest.Config) -> list[str]:
+    """Turn the options into the session's device ids; UsageError when unusable."""
+    requested, where = _requested(config)
+    resolved: list[str] = []
+    for device in requested:
+        if device == "auto":
+            if not backend.torch_installed():
+                raise pytest.UsageError(f"{where} auto: torch is not installed")
+            device = config.hook.pytest_mps_auto_device(config=config)
+            device = parse_device(str(device), "pytest_mps_auto_device")
+        _check_usable(device, where)
+        if device not in resolved:
+            resolved.append(device)
+    return resolved
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_mps import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mps: the test needs the MPS device; skipped unless the session runs "
+        "with --mps on an Apple-silicon Mac.",
+    )
+    config.addinivalue_line(
+        "markers",
+        "skip_device(*devices, reason=None): skip the test on these devices "
+        "(cpu, mps, cuda, cuda:N).",
+    )
+    config.addinivalue_line(
+        "markers",
+        "xfail_device(*devices, reason=None, strict=False): expect the test to "
+        "fail on these devices.",
+    )
+    config.addinivalue_line(
+        "markers",
+        "devices(*devices): run the test's 'device' parametrization only on these "
+        "of the session's devices.",
+    )
+    config.stash[devices_key] = resolve_devices(config)
+
+
+# -- markers --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceMark:
+    """One parsed ``skip_device`` / ``xfail_device`` / ``devices`` marker."""
+
+    name: str
+    devices: frozenset[str]
+    reason: str | None = None
+    strict: bool = False
+
+    def matches(self, device: str) -> bool:
+        """True when the marker names ``device`` (``cuda`` names every CUDA device)."""
+        return device in self.devices or (
+            device.startswith("cuda:") and "cuda" in self.devices
+        )
+
+
+def _parse_mark(mark: pytest.Mark, nodeid: str) -> DeviceMark:
+    where = f"@pytest.mark.{mark.name} on {nodeid}"
+    allowed = {"skip_device": {"reason"}, "xfail_device": {"reason", "strict"}}
+    extra = set(mark.kwargs) - allowed.get(mark.name, set())
+    if extra:
+        raise ValueError(f"{where}: unexpected argument(s) {sorted(extra)}")
+    if not mark.args:
+        raise ValueError(f"{where}: name at least one device")
+    names: set[str] = set()
+    for arg in mark.args:
+        if not isinstance(arg, str):
+            raise ValueError(f"{where}: {arg!r} is not a device name")
+        if arg.strip().lower() == "cuda":
+            names.add("cuda")
+            continue
+        device = parse_device(arg, where)
+        if device == "auto":
+            raise ValueError(f"{where}: 'auto' is not allowed in a marker")
+        names.add(device)
+    reason = mark.kwargs.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ValueError(f"{where}: reason must be a string, got {reason!r}")
+    strict = mark.kwargs.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ValueError(f"{where}: strict must be True or False, got {strict!r}")
+    return DeviceMark(mark.name, frozenset(names), reason, strict)
+
+
+def _device_marks(marks: Iterable[pytest.Mark], nodeid: str) -> list[DeviceMark]:
+    return [
+        _parse_mark(m, nodeid)
+        for m in marks
+        if m.name in ("skip_device", "xfail_device", "devices")
+    ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "device" not in metafunc.fixturenames:
+        return
+    session_devices = metafunc.config.stash[devices_key]
+    chosen = list(session_devices)
+    try:
+        marks = _device_marks(
+            metafunc.definition.iter_markers(), metafunc.definition.nodeid
+        )
+    except ValueError:
+        marks = []  # reported when the test is set up, naming marker and test
+    for mark in marks:
+        if mark.name == "devices":
+            chosen = [d for d in chosen if mark.matches(d)]
+    if chosen:
+        metafunc.parametrize("device", chosen, ids=chosen, indirect=True)
+        return
+    wanted = sorted(set().union(*(m.devices for m in marks if m.name == "devices")))
+    reason = (
+        f"restricted by @pytest.mark.devices to {', '.join(wanted)}; this session "
+        f"runs on {', '.join(session_devices)}"
+    )
+    metafunc.parametrize(
+        "device",
+        [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-device")],
+        indirect=True,
+    )
+
+
+def _test_devices(item: pytest.Item) -> list[str]:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "device" in callspec.params:
+        param = callspec.params["device"]
+        return [param] if param is not None else []
+    return list(item.config.stash[devices_key])
+
+
+mark_error_key = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            marks = _device_marks(item.iter_markers(), item.nodeid)
+        except ValueError as exc:
+            item.stash[mark_error_key] = str(exc)
+            continue
+        session_devices = item.config.stash[devices_key]
+        if item.get_closest_marker("mps") is not None and "mps" not in session_devices:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="needs MPS: run with --mps on an Apple-silicon Mac "
+                    f"(this session runs on {', '.join(session_devices)})"
+                )
+            )
+        for device in _test_devices(item):
+            for mark in marks:
+                if not mark.matches(device):
+                    continue
+                if mark.name == "skip_device":
+                    reason = mark.reason or f"skipped on {device}"
+                    item.add_marker(pytest.mark.skip(reason=reason))
+                elif mark.name == "xfail_device":
+                    reason = mark.reason or f"expected to fail on {device}"
+                    item.add_marker(pytest.mark.xfail(reason=reason, strict=mark.strict))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    error = item.stash.get(mark_error_key, None)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
+
+
+# -- fixtures -------------------------------------------------------------------
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """The test's ``torch.device``, one per device chosen with ``--device``/``--mps``.
+
+    Tests that take it run once per device, with ids ``[cpu]``, ``[mps]``,
+    ``[cuda:0]``.
+    """
+    import torch
+
+    name: Any = getattr(request, "param", None)
+    if name is None:
+        name = request.config.stash[devices_key][0]
+    return torch.device(name)
+
+
+@pytest.fixture
+def mps_device(request: pytest.FixtureRequest) -> torch.device:
+    """``torch.device("mps")``; skips the test when the session is not on MPS."""
+    session_devices = request.config.stash[devices_key]
+    if "mps" not in session_devices:
+        pytest.skip(
+            "mps_device needs MPS: run with --mps on an Apple-silicon Mac "
+            f"(this session runs on {', '.join(session_devices)})"
+        )
+    import torch
+
+    return torch.device("mps")

@@ -1,0 +1,154 @@
+"""The session header and the ``mps_environment`` fixture: what the tests run on."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import re
+import sys
+from collections.abc import Mapping
+
+import pytest
+
+from pytest_mps import backend
+from pytest_mps.devices import devices_key
+
+# The variables PyTorch reads, from docs/source/mps_environment_variables.md and
+# the getenv calls in aten/src/ATen/mps/ (MPSAllocator.mm, MPSProfiler.mm,
+# MPSDevice.mm) and aten/src/ATen/native/mps/OperationUtils.mm.
+KNOWN_VARIABLES = (
+    "PYTORCH_ENABLE_MPS_FALLBACK",
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO",
+    "PYTORCH_MPS_LOW_WATERMARK_RATIO",
+    "PYTORCH_MPS_FAST_MATH",
+    "PYTORCH_MPS_PREFER_METAL",
+    "PYTORCH_MPS_LOG_PROFILE_INFO",
+    "PYTORCH_MPS_TRACE_SIGNPOSTS",
+    "PYTORCH_DEBUG_MPS_ALLOCATOR",
+)
+
+# strtod() reads the longest numeric prefix and gives 0.0 when there is none.
+_STRTOD_PREFIX = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _strtod(text: str) -> float:
+    match = _STRTOD_PREFIX.match(text)
+    return float(match.group(0)) if match else 0.0
+
+
+def variable_warnings(env: Mapping[str, str]) -> list[str]:
+    """Warnings for MPS variables that do nothing or harm, as PyTorch reads them."""
+    found: list[str] = []
+    for name in sorted(env):
+        if not (name.startswith("PYTORCH_MPS_") or name in KNOWN_VARIABLES):
+            continue
+        value = env[name]
+        if name == "PYTORCH_MPS_LOG_LEVEL":
+            found.append(
+                "PYTORCH_MPS_LOG_LEVEL does not exist in PyTorch: it does nothing "
+                "(PYTORCH_DEBUG_MPS_ALLOCATOR and PYTORCH_MPS_LOG_PROFILE_INFO log)"
+            )
+        elif name not in KNOWN_VARIABLES:
+            found.append(f"{name} is not read by PyTorch: it does nothing")
+        elif name.endswith("_WATERMARK_RATIO"):
+            # MPSAllocator.mm: strtod(value, nullptr), then
+            # TORCH_CHECK(ratio >= 0.0 && ratio <= 2.0, "invalid high watermark ratio")
+            ratio = _strtod(value)
+            if not _STRTOD_PREFIX.match(value):
+                found.append(
+                    f"{name}={value!r} is not a number: PyTorch parses it as 0.0"
+                    + (
+                        ", which removes the memory limit altogether"
+                        if "HIGH" in name
+                        else ""
+                    )
+                )
+            elif not 0.0 <= ratio <= 2.0:
+                found.append(
+                    f"{name}={value!r} is outside 0..2: the first MPS allocation "
+                    "fails with 'invalid ... watermark ratio'"
+                )
+            elif "HIGH" in name and ratio == 0.0:
+                found.append(f"{name}=0 removes the MPS memory limit altogether")
+        elif name == "PYTORCH_MPS_PREFER_METAL" and value.strip() in ("0", ""):
+            found.append(
+                f"PYTORCH_MPS_PREFER_METAL={value!r} still turns it on: PyTorch "
+                "checks only that the variable is set"
+            )
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class MpsEnvironment:
+    """What the session runs on: torch, devices, the Mac, and MPS variables."""
+
+    torch_version: str | None
+    devices: tuple[str, ...]
+    mps_built: bool | None
+    mps_available: bool | None
+    macos: str | None
+    chip: str | None
+    variables: Mapping[str, str]
+    warnings: tuple[str, ...]
+
+    def header(self) -> list[str]:
+        """The lines of the pytest session header."""
+        torch_part = f"torch {self.torch_version}" if self.torch_version else "no torch"
+        if self.mps_built is None:
+            mps = "mps: not checked (torch not imported; the plugin imports it only when asked)"
+        else:
+            mps = f"mps built: {self.mps_built}, available: {self.mps_available}"
+        line = f"pytest-mps: {torch_part}, devices: {', '.join(self.devices)}; {mps}"
+        if self.macos:
+            line += f"; macOS {self.macos}"
+        if self.chip:
+            line += f", {self.chip}"
+        lines = [line]
+        if self.variables:
+            lines.append(
+                "pytest-mps variables: "
+                + ", ".join(f"{k}={v}" for k, v in self.variables.items())
+            )
+        lines.extend(f"pytest-mps WARNING: {w}" for w in self.warnings)
+        return lines
+
+
+def read_environment(config: pytest.Config) -> MpsEnvironment:
+    """Collect the environment; imports torch only when the session already needs it."""
+    devices = tuple(config.stash[devices_key])
+    try:
+        version: str | None = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    built = available = None
+    if version is not None and ("torch" in sys.modules or devices != ("cpu",)):
+        import torch
+
+        version = torch.__version__
+        built, available = backend.mps_built(), backend.mps_available()
+    variables = {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("PYTORCH_MPS_") or k in KNOWN_VARIABLES
+    }
+    return MpsEnvironment(
+        torch_version=version,
+        devices=devices,
+        mps_built=built,
+        mps_available=available,
+        macos=backend.macos_version(),
+        chip=backend.chip_name(),
+        variables=variables,
+        warnings=tuple(variable_warnings(os.environ)),
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return read_environment(config).header()
+
+
+@pytest.fixture(scope="session")
+def mps_environment(pytestconfig: pytest.Config) -> MpsEnvironment:
+    """What the session runs on: torch version, devices, MPS state, macOS, chip."""
+    return read_environment(pytestconfig)

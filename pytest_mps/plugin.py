@@ -1,0 +1,9 @@
+"""The pytest11 entry point: wires the concern modules together, holds no logic."""
+
+from __future__ import annotations
+
+pytest_plugins = [
+    "pytest_mps.devices",
+    "pytest_mps.environment",
+    "pytest_mps.seeding",
+]
