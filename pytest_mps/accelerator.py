@@ -94,7 +94,7 @@ def timing_event(device: torch.device) -> Any | None:
     if device.type == "mps":
         return backend.timing_event()
     if device.type == "cuda":
-        return torch.cuda.Event(enable_timing=True)
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     return None
 
 

@@ -33,14 +33,14 @@ def _leaves(
         return
     if isinstance(obj, torch.nn.Module):
         seen.add(id(obj))
-        for name, tensor in obj.named_parameters():
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                yield f"{path}.{name}", tensor
-        for name, tensor in obj.named_buffers():
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                yield f"{path}.{name}", tensor
+        for name, param in obj.named_parameters():
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield f"{path}.{name}", param
+        for name, buffer in obj.named_buffers():
+            if id(buffer) not in seen:
+                seen.add(id(buffer))
+                yield f"{path}.{name}", buffer
         return
     if isinstance(obj, torch.optim.Optimizer):
         seen.add(id(obj))
@@ -61,7 +61,9 @@ def _leaves(
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         seen.add(id(obj))
         for field in obj._fields:
-            yield from _leaves(getattr(obj, field), f"{path}.{field}", seen, param_names)
+            yield from _leaves(
+                getattr(obj, field), f"{path}.{field}", seen, param_names
+            )
         return
     if isinstance(obj, (list, tuple)):
         seen.add(id(obj))
@@ -133,7 +135,7 @@ def _collect(
 ) -> list[tuple[str, torch.Tensor]]:
     import torch
 
-    labelled = list(zip(names, args)) + list(kwargs.items())
+    labelled = list(zip(names, args, strict=True)) + list(kwargs.items())
     param_names: dict[int, str] = {}
     for label, obj in labelled:
         if isinstance(obj, torch.nn.Module):

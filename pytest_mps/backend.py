@@ -180,4 +180,3 @@ def computed_kernel(op_name: str) -> str:
             op_name, torch._C.DispatchKey.MPS
         )
     )
-

@@ -1,4 +1,4 @@
-"""Choosing devices: ``--device`` / ``--mps``, the ``device`` fixture, device markers."""
+"""Choosing devices: ``--device`` / ``--mps``, the ``device`` fixture, markers."""
 
 from __future__ import annotations
 
@@ -126,9 +126,7 @@ def _check_usable(device: str, where: str) -> None:
         index = int(device.split(":")[1])
         count = torch.cuda.device_count()
         if index >= count:
-            raise pytest.UsageError(
-                f"{where}: only {count} CUDA device(s) are visible"
-            )
+            raise pytest.UsageError(f"{where}: only {count} CUDA device(s) are visible")
 
 
 def resolve_devices(config: pytest.Config) -> list[str]:
@@ -262,11 +260,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _test_devices(item: pytest.Item) -> list[str]:
+    session: list[str] = item.config.stash[devices_key]
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "device" in callspec.params:
         param = callspec.params["device"]
         return [param] if param is not None else []
-    return list(item.config.stash[devices_key])
+    return list(session)
 
 
 mark_error_key = pytest.StashKey[str]()
@@ -296,7 +295,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     item.add_marker(pytest.mark.skip(reason=reason))
                 elif mark.name == "xfail_device":
                     reason = mark.reason or f"expected to fail on {device}"
-                    item.add_marker(pytest.mark.xfail(reason=reason, strict=mark.strict))
+                    item.add_marker(
+                        pytest.mark.xfail(reason=reason, strict=mark.strict)
+                    )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -96,7 +96,7 @@ class MpsEnvironment:
         """The lines of the pytest session header."""
         torch_part = f"torch {self.torch_version}" if self.torch_version else "no torch"
         if self.mps_built is None:
-            mps = "mps: not checked (torch not imported; the plugin imports it only when asked)"
+            mps = "mps: not checked (the plugin imports torch only when asked)"
         else:
             mps = f"mps built: {self.mps_built}, available: {self.mps_available}"
         line = f"pytest-mps: {torch_part}, devices: {', '.join(self.devices)}; {mps}"
@@ -116,7 +116,8 @@ class MpsEnvironment:
 
 def read_environment(config: pytest.Config) -> MpsEnvironment:
     """Collect the environment; imports torch only when the session already needs it."""
-    devices = tuple(config.stash[devices_key])
+    chosen: list[str] = config.stash[devices_key]
+    devices = tuple(chosen)
     try:
         version: str | None = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

@@ -1,4 +1,4 @@
-"""Hooks that pytest-mps adds; a conftest or plugin implements them to change a choice."""
+"""Hooks that pytest-mps adds; implement one in a conftest to change a choice."""
 
 from __future__ import annotations
 
@@ -7,4 +7,4 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_mps_auto_device(config: pytest.Config) -> str | None:
-    """Return the device that ``--device auto`` stands for (``"mps"``, ``"cuda:0"``, ...)."""
+    """Return the device id that ``--device auto`` stands for (``"cuda:0"``)."""
