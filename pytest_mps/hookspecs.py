@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_mps_auto_device(config: pytest.Config) -> str | None:
     """Return the device id that ``--device auto`` stands for (``"cuda:0"``)."""
+
+
+@pytest.hookspec
+def pytest_mps_watch_ops(item: pytest.Item) -> Callable[..., None] | None:
+    """Return ``callback(func, args, kwargs)`` to see each aten op ``item`` runs."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 pytest_plugins = [
+    "pytest_mps.audit",
     "pytest_mps.devices",
     "pytest_mps.environment",
     "pytest_mps.seeding",
+    "pytest_mps.report",
+    "pytest_mps.watch",
 ]

@@ -1,0 +1,218 @@
+"""One dispatch mode per test, shared by every concern that watches aten ops.
+
+pytest-mps watches what a test does on the device (host syncs, mixed devices,
+MPS readiness, memory) by looking at the aten ops it runs. A Python
+``TorchDispatchMode`` costs several microseconds per op, so there is exactly
+one per test, and none at all when nobody asked to watch that test.
+
+API for other modules and plugins
+---------------------------------
+``OpCallback``
+    ``callback(func, args, kwargs) -> None``: called *before* each aten op runs,
+    with ``func`` a ``torch._ops.OpOverload`` (compare by identity with
+    ``torch.ops.aten.nonzero.default``; ``func._schema.name`` is
+    ``"aten::nonzero"``), and the op's positional and keyword arguments
+    (``kwargs`` may be an empty read-only mapping: do not mutate it).
+    Raising fails the op at the user's line (``forbid_host_sync`` does this).
+    Callbacks must be cheap: they run for every op. Ops whose
+    CompositeImplicitAutograd kernel the dispatcher hands over undecomposed
+    (under ``torch.inference_mode()``: ``aten::linear``, ``aten::item``) are
+    decomposed first, so callbacks see the ops that really run.
+
+``pytest_mps_watch_ops(item)`` (hook, in :mod:`pytest_mps.hookspecs`)
+    Return an ``OpCallback`` to watch ``item``'s call phase, or None. Every
+    returned callback is registered on the test's one mode; when all
+    implementations return None no mode is installed. Example::
+
+        def pytest_mps_watch_ops(item):
+            if item.get_closest_marker("mps_audit") is None:
+                return None
+            seen = item.stash.setdefault(ops_key, set())
+            return lambda func, args, kwargs: seen.add(func)
+
+``op_watch(callback)``
+    Context manager: adds ``callback`` to the running watch mode (the test's),
+    or enters a fresh one when none runs. ``forbid_host_sync`` is built on it.
+
+``user_location()``
+    ``"path:line"`` of the innermost frame outside torch, pytest-mps and
+    pluggy/pytest: the user's line that issued the current op or warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+from collections.abc import Callable, Generator, Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+import pytest
+
+OpCallback = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], None]
+
+_NO_KWARGS: Mapping[str, Any] = types.MappingProxyType({})
+
+#: The watch modes entered and not yet exited, innermost last.
+_active: list[Any] = []
+
+
+@lru_cache(maxsize=1)
+def _mode_class() -> type[Any]:
+    """The ``TorchDispatchMode`` subclass, built on first use (torch is lazy)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    # OpOverload -> True when it has a CompositeImplicitAutograd kernel to
+    # decompose into; filled once per op, so the per-op cost is one dict lookup.
+    composite: dict[Any, bool] = {}
+
+    class WatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        """Runs each registered callback before every aten op."""
+
+        def __init__(self, callbacks: list[OpCallback]) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.callbacks = callbacks
+
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: Mapping[str, Any] | None = None,
+        ) -> Any:
+            if kwargs is None:
+                kwargs = _NO_KWARGS
+            is_composite = composite.get(func)
+            if is_composite is None:
+                is_composite = composite[func] = bool(
+                    has_kernel(func.name(), "CompositeImplicitAutograd")
+                )
+            if is_composite:
+                # Under inference_mode the dispatcher skips the Autograd keys
+                # where composites decompose, so the mode sees `aten::item`
+                # and not `aten::_local_scalar_dense`: decompose here, inside
+                # the mode, so its parts are watched too.
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            for callback in self.callbacks:
+                callback(func, args, kwargs)
+            return func(*args, **kwargs)
+
+        def __enter__(self) -> Any:
+            _active.append(self)
+            return super().__enter__()  # type: ignore[no-untyped-call]
+
+        def __exit__(self, *exc: object) -> None:
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]
+            _active.remove(self)
+
+    return WatchMode
+
+
+def watch_mode(callbacks: list[OpCallback]) -> Any:
+    """A new (not yet entered) watch mode calling ``callbacks`` before each op."""
+    return _mode_class()(callbacks)
+
+
+def active_mode() -> Any | None:
+    """The innermost watch mode currently entered, or None."""
+    return _active[-1] if _active else None
+
+
+@contextlib.contextmanager
+def op_watch(callback: OpCallback) -> Iterator[None]:
+    """Call ``callback`` before every aten op run inside the block.
+
+    Joins the running watch mode when there is one (one mode per test), else
+    enters a fresh one for the block.
+    """
+    mode = active_mode()
+    if mode is not None:
+        mode.callbacks.append(callback)
+        try:
+            yield
+        finally:
+            mode.callbacks.remove(callback)
+        return
+    with watch_mode([callback]):
+        yield
+
+
+@lru_cache(maxsize=1)
+def _library() -> tuple[tuple[str, ...], frozenset[str]]:
+    """Directories and stdlib files whose frames are never the user's code."""
+    import functools
+    import warnings
+
+    import pluggy
+    import torch
+
+    dirs = [
+        os.path.dirname(os.path.abspath(mod.__file__ or "")) + os.sep
+        for mod in (torch, pluggy, pytest, sys.modules[__package__ or "pytest_mps"])
+    ]
+    # pytest's implementation lives next to the `pytest` package, in `_pytest`
+    dirs.append(os.path.join(os.path.dirname(dirs[2][:-1]), "_pytest") + os.sep)
+    files = frozenset(
+        os.path.abspath(mod.__file__ or "") for mod in (contextlib, functools, warnings)
+    )
+    return tuple(dirs), files
+
+
+def _is_library(filename: str) -> bool:
+    dirs, files = _library()
+    path = os.path.abspath(filename)
+    return path.startswith(dirs) or path in files
+
+
+def user_frame(start: types.FrameType | None = None) -> types.FrameType | None:
+    """The innermost frame outside torch, pytest-mps, pytest and the stdlib."""
+    frame: types.FrameType | None = start or sys._getframe(1)
+    while frame is not None:
+        if not _is_library(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def user_location(start: types.FrameType | None = None) -> str:
+    """``"path:line"`` of the user's code that runs now ("unknown" if none)."""
+    frame = user_frame(start if start is not None else sys._getframe(1))
+    if frame is None:
+        return "unknown"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def relative_location(location: str, root: os.PathLike[str] | str) -> str:
+    """``location`` with its path made relative to ``root`` when inside it."""
+    path, sep, line = location.rpartition(":")
+    if not sep:
+        return location
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        return location
+    return f"{location if rel.startswith('..') else rel + ':' + line}"
+
+
+# -- the test's one mode -----------------------------------------------------------
+
+
+def _callbacks_for(item: pytest.Item) -> list[OpCallback]:
+    found = item.ihook.pytest_mps_watch_ops(item=item)
+    return [callback for callback in found if callback is not None]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    callbacks = _callbacks_for(item)
+    if not callbacks:
+        return (yield)
+    with watch_mode(callbacks):
+        return (yield)
