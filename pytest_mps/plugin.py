@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 pytest_plugins = [
-    "pytest_mps.audit",
     "pytest_mps.devices",
     "pytest_mps.environment",
     "pytest_mps.seeding",
