@@ -180,3 +180,14 @@ def computed_kernel(op_name: str) -> str:
             op_name, torch._C.DispatchKey.MPS
         )
     )
+
+
+def has_kernel(op_name: str, dispatch_key: str = "MPS") -> bool:
+    """True when ``op_name`` has a kernel registered directly at ``dispatch_key``.
+
+    Alias keys (``CompositeImplicitAutograd``) count their own registrations;
+    the MPS answer is only meaningful on a Mac with an MPS build.
+    """
+    import torch
+
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op_name, dispatch_key))

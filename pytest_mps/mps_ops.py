@@ -1,0 +1,421 @@
+"""What MPS would do with each aten op, read from the installed torch's own yaml.
+
+Every torch wheel ships ``torchgen/packaged/ATen/native/native_functions.yaml``,
+the table the dispatcher registrations are generated from. The rules, applied
+to one op overload in this order (``classify``):
+
+1. ``explicit``: its ``dispatch:`` lists ``MPS``: an MPS kernel.
+2. ``structured``: it has a ``structured_delegate`` (``add.Tensor`` delegates to
+   ``add.out``) and the delegate lists ``MPS``: codegen registers MPS kernels
+   for the functional and in-place variants too. A delegate without ``MPS``
+   gives no kernel.
+3. ``composite``: its dispatch lists ``CompositeImplicitAutograd`` (also the
+   default when an op has neither ``dispatch:`` nor a delegate),
+   ``CompositeExplicitAutograd`` or ``CompositeExplicitAutogradNonFunctional``:
+   one kernel for every backend, built from other ops.
+4. ``none``: none of these: MPS runs PyTorch's boxed fallback, which moves the
+   op to the CPU under ``PYTORCH_ENABLE_MPS_FALLBACK=1`` and raises
+   NotImplementedError otherwise (aten/src/ATen/mps/MPSFallback.mm).
+
+``predict`` then applies, in order: the dated ``CORRECTIONS`` (ops the yaml
+gets wrong for MPS), ``ROUTED_PREFIXES`` (device-specific implementations a
+CPU or CUDA run reaches that MPS never calls), and ``unknown`` for ops outside
+the aten yaml. The same rules run for any backend key: on CPU they agree with
+the dispatcher's own registrations for every overload (tests/test_mps_ops.py).
+
+Parsing the yaml with torchgen costs about a second, so the result is cached
+in-process and in a JSON file under the user's cache directory, keyed by torch
+version and the yaml's sha256; runs without ``--mps-audit`` never load it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MPS_KERNEL = "mps"
+COMPOSITE = "composite"
+ROUTED = "routed"
+FALLBACK = "fallback"
+FORCED_FALLBACK = "forced_fallback"
+UNKNOWN = "unknown"
+
+#: Outcomes that mean the op would leave the GPU (or raise) on MPS.
+PROBLEMS = frozenset({FALLBACK, FORCED_FALLBACK})
+
+#: What each outcome means for a user, as printed in the audit.
+MEANING = {
+    MPS_KERNEL: "runs on MPS",
+    COMPOSITE: "composite: runs on any backend",
+    ROUTED: "device-specific; MPS takes another path",
+    FALLBACK: "falls back to CPU (raises without PYTORCH_ENABLE_MPS_FALLBACK=1)",
+    FORCED_FALLBACK: "always falls back to CPU (MPSFallback.mm)",
+    UNKNOWN: "not in aten's native_functions.yaml; not predicted",
+}
+
+_COMPOSITE_KEYS = (
+    "CompositeImplicitAutograd",
+    "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+)
+
+#: Cache-file layout version; bump when the stored table changes shape.
+_CACHE_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Correction:
+    """One op whose MPS behaviour the yaml does not tell, for a range of versions."""
+
+    op: str
+    outcome: str
+    why: str
+    source: str
+    since: tuple[int, int] | None = None
+    before: tuple[int, int] | None = None
+    checked: str = "2026-11-22"
+
+    def applies_to(self, version: tuple[int, int]) -> bool:
+        """True when ``version`` (major, minor) lies in ``[since, before)``."""
+        if self.since is not None and version < self.since:
+            return False
+        return self.before is None or version < self.before
+
+
+# Sources: pytorch/pytorch aten/src/ATen/mps/MPSFallback.mm at two stored
+# revisions. @035290b is the newer (its error text cites pytorch#141287, filed
+# late 2024); @33ce581 the older (c10::optional, cites pytorch#77764).
+_FALLBACK_NEW = "MPSFallback.mm @035290b registers mps_fallback"
+_FALLBACK_OLD = "MPSFallback.mm @33ce581 registers mps_fallback (gone in @035290b)"
+
+#: Ops registered with MPSFallback.mm's ``mps_fallback`` directly, so they run on
+#: the CPU even without PYTORCH_ENABLE_MPS_FALLBACK (and override the composite
+#: kernel the yaml gives linalg_svd and upsample_nearest3d.vec). No upper bound
+#: where the newest source read (@035290b) still lists the op: a Mac owner
+#: confirms with ``pytest --mps --mps-audit-check``.
+CORRECTIONS: tuple[Correction, ...] = (
+    Correction("embedding_renorm_", FORCED_FALLBACK, "no MPS key", _FALLBACK_NEW),
+    Correction("linalg_svd", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_NEW),
+    Correction("linalg_svd.U", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_NEW),
+    Correction(
+        "upsample_nearest3d.vec", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_NEW
+    ),
+    # The yaml of 2.8+ lists an MPS col2im (pytorch#152282, 2025-04-27) but
+    # @035290b still registers the fallback for it; 2.6.0 fell back
+    # (pytorch#151820). Which registration wins on 2.8+ is for --mps-audit-check.
+    Correction(
+        "col2im",
+        FORCED_FALLBACK,
+        "MPSFallback.mm; fallback seen on 2.6.0 in pytorch#151820",
+        _FALLBACK_NEW,
+        before=(2, 8),
+    ),
+    # Native im2col arrived with pytorch#135706 (2024-09-11); first release
+    # assumed 2.6, the bound is approximate.
+    Correction(
+        "im2col", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_OLD, None, (2, 6)
+    ),
+    Correction(
+        "bitwise_left_shift.Tensor_out",
+        FORCED_FALLBACK,
+        "MPSFallback.mm",
+        _FALLBACK_OLD,
+        None,
+        (2, 6),
+    ),
+    Correction(
+        "bitwise_right_shift.Tensor_out",
+        FORCED_FALLBACK,
+        "MPSFallback.mm",
+        _FALLBACK_OLD,
+        None,
+        (2, 6),
+    ),
+)
+
+#: Device-specific implementations that a composite above them picks by device:
+#: ``scaled_dot_product_attention`` calls ``_scaled_dot_product_flash_attention_
+#: for_cpu`` on CPU and ``_scaled_dot_product_attention_math_for_mps`` (or the
+#: composite math path when grads are needed) on MPS
+#: (aten/src/ATen/native/transformers/attention.cpp, ``case SDPBackend::math``);
+#: convolutions and RNNs pick cuDNN/MIOpen/oneDNN/NNPACK kernels the same way.
+#: Seen on CPU or CUDA, they say nothing about MPS.
+ROUTED_PREFIXES = (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_flash_attention_",
+    "_efficient_attention_",
+    "_cudnn_",
+    "cudnn_",
+    "miopen_",
+    "_miopen_",
+    "mkldnn_",
+    "_mkldnn_",
+    "_nnpack_",
+)
+
+#: Namespaces of bookkeeping ops that run no kernel (record_function markers).
+IGNORED_NAMESPACES = frozenset({"profiler"})
+
+#: The dtypes MPS tensors can hold: getMPSDataType in
+#: aten/src/ATen/native/mps/OperationUtils.mm (pytorch/pytorch @001d046, read
+#: 2026-11-22) maps exactly these; bfloat16 and complex need macOS 14.
+MPS_DTYPES = frozenset(
+    {
+        "torch.float32",
+        "torch.float16",
+        "torch.bfloat16",
+        "torch.int32",
+        "torch.int64",
+        "torch.int16",
+        "torch.int8",
+        "torch.uint8",
+        "torch.bool",
+        "torch.complex32",
+        "torch.complex64",
+        "torch.uint64",
+        "torch.uint32",
+        "torch.uint16",
+    }
+)
+
+#: aten/src/ATen/mps/EmptyTensor.cpp, MPS_ERROR_DOUBLE_NOT_SUPPORTED (TypeError).
+FLOAT64_MESSAGE = (
+    "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
+    "support float64. Please use float32 instead."
+)
+
+_SCALAR_TYPE_NAMES = {"torch.complex128": "ComplexDouble"}
+
+
+def dtype_problem(dtype: object) -> str | None:
+    """PyTorch's error for a tensor of ``dtype`` on MPS, or None when MPS holds it."""
+    name = str(dtype)
+    if name in MPS_DTYPES:
+        return None
+    if name == "torch.float64":
+        return FLOAT64_MESSAGE
+    # OperationUtils.mm getMPSDataType, default case (TORCH_CHECK_TYPE).
+    scalar = _SCALAR_TYPE_NAMES.get(name, name.removeprefix("torch."))
+    return (
+        f"Trying to convert {scalar} to the MPS backend but it does not have "
+        "support for that dtype."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """What MPS would do with one op overload, and which rule said so."""
+
+    op: str
+    outcome: str
+    rule: str
+
+    @property
+    def problem(self) -> bool:
+        """True when the op would fall back to the CPU or raise on MPS."""
+        return self.outcome in PROBLEMS
+
+
+def torch_version() -> tuple[int, int]:
+    """The installed torch's (major, minor)."""
+    import torch
+
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def yaml_paths() -> tuple[Path, Path]:
+    """The installed ``native_functions.yaml`` and ``tags.yaml``."""
+    import torchgen
+
+    base = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native"
+    return base / "native_functions.yaml", base / "tags.yaml"
+
+
+def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
+    """Apply rules 1-4 to a ``torchgen.gen.ParsedYaml``: overload name -> rule code.
+
+    Codes: ``explicit``, ``structured:<delegate>``, ``composite:<key>``,
+    ``none``, ``none:<delegate>`` (a delegate without the backend).
+    """
+    from torchgen.model import DispatchKey
+
+    indices = parsed.backend_indices
+    own = indices[DispatchKey.parse(backend)].index
+    composites = [(k, indices[DispatchKey.parse(k)].index) for k in _COMPOSITE_KEYS]
+    table: dict[str, str] = {}
+    for f in parsed.native_functions:
+        name = f.func.name
+        delegate = f.structured_delegate
+        if name in own:
+            code = "explicit"
+        elif delegate is not None:
+            tag = "structured" if delegate in own else "none"
+            code = f"{tag}:{delegate}"
+        else:
+            code = next(
+                (f"composite:{k}" for k, idx in composites if name in idx), "none"
+            )
+        table[str(name)] = code
+    return table
+
+
+def _outcome_of(code: str) -> tuple[str, str]:
+    kind, _, detail = code.partition(":")
+    if kind == "explicit":
+        return MPS_KERNEL, "explicit MPS key in native_functions.yaml"
+    if kind == "structured":
+        return MPS_KERNEL, f"structured_delegate {detail} has an MPS kernel"
+    if kind == "composite":
+        return COMPOSITE, f"{detail} kernel in native_functions.yaml"
+    if detail:
+        return FALLBACK, f"structured_delegate {detail} has no MPS kernel"
+    return FALLBACK, "no MPS, structured or composite kernel in native_functions.yaml"
+
+
+def cache_dir() -> Path:
+    """``$PYTEST_MPS_CACHE_DIR``, else the platform's user cache dir + pytest-mps."""
+    explicit = os.environ.get("PYTEST_MPS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "pytest-mps"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pytest-mps"
+
+
+@dataclasses.dataclass
+class OpTable:
+    """The classified yaml of one torch install, and where it came from."""
+
+    codes: dict[str, str]
+    torch_version: str
+    yaml_sha256: str
+    seconds: float
+    source: str  # "parsed", "cache file", or "memory"
+    version: tuple[int, int] = (0, 0)
+    _predictions: dict[str, Prediction] = dataclasses.field(default_factory=dict)
+
+    def predict(self, op: str) -> Prediction:
+        """Predict MPS's handling of ``op`` (``aten::add.Tensor`` or ``add.Tensor``)."""
+        cached = self._predictions.get(op)
+        if cached is None:
+            cached = self._predictions[op] = self._predict(op)
+        return cached
+
+    def _predict(self, op: str) -> Prediction:
+        namespace, sep, name = op.partition("::")
+        if not sep:
+            namespace, name = "aten", op
+        if name.endswith(".default"):
+            name = name[: -len(".default")]
+        full = f"{namespace}::{name}"
+        if namespace != "aten" or name not in self.codes:
+            if namespace in IGNORED_NAMESPACES:
+                return Prediction(full, COMPOSITE, "bookkeeping op, runs no kernel")
+            return Prediction(full, UNKNOWN, "not in aten's native_functions.yaml")
+        for fix in CORRECTIONS:
+            if fix.op == name and fix.applies_to(self.version):
+                return Prediction(full, fix.outcome, f"correction: {fix.source}")
+        outcome, rule = _outcome_of(self.codes[name])
+        if outcome == FALLBACK and name.startswith(ROUTED_PREFIXES):
+            return Prediction(full, ROUTED, "device-specific kernel; " + rule)
+        return Prediction(full, outcome, rule)
+
+    def counts(self) -> dict[str, int]:
+        """How many overloads each rule outcome covers, corrections applied."""
+        result: dict[str, int] = {}
+        for name in self.codes:
+            outcome = self.predict(name).outcome
+            result[outcome] = result.get(outcome, 0) + 1
+        return result
+
+
+def _read_cache(path: Path) -> dict[str, str] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT:
+        return None
+    codes = data.get("codes")
+    return codes if isinstance(codes, dict) else None
+
+
+def _write_cache(path: Path, payload: dict[str, Any]) -> None:
+    """Write atomically (temp file + rename) so parallel workers never read halves."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs the next run a parse
+
+
+_memory: dict[str, OpTable] = {}
+
+
+def load_table(directory: Path | None = None, *, use_cache: bool = True) -> OpTable:
+    """The installed torch's op table: from memory, the cache file, or a parse."""
+    import torch
+
+    start = time.perf_counter()
+    yaml_path, tags_path = yaml_paths()
+    sha = hashlib.sha256(yaml_path.read_bytes()).hexdigest()
+    key = f"{torch.__version__}-{sha}"
+    if use_cache and key in _memory:
+        seconds = time.perf_counter() - start
+        return dataclasses.replace(_memory[key], source="memory", seconds=seconds)
+    safe_version = "".join(c if c.isalnum() or c in ".-" else "_" for c in key[:-48])
+    path = (directory or cache_dir()) / f"mps-ops-{safe_version}.json"
+    codes = _read_cache(path) if use_cache else None
+    source = "cache file"
+    if codes is None:
+        from torchgen.gen import parse_native_yaml
+
+        parsed = parse_native_yaml(str(yaml_path), str(tags_path))
+        codes = classify(parsed, "MPS")
+        source = "parsed"
+        payload = {"format": _CACHE_FORMAT, "torch": torch.__version__, "sha256": sha}
+        _write_cache(path, {**payload, "codes": codes})
+    table = OpTable(
+        codes,
+        torch.__version__,
+        sha,
+        time.perf_counter() - start,
+        source,
+        torch_version(),
+    )
+    _memory[key] = table
+    return table
+
+
+def dispatcher_outcome(op: str, backend: str = "MPS") -> str:
+    """The dispatcher's truth for ``op`` on ``backend``, in the outcomes above.
+
+    Needs a torch built with ``backend`` (MPS: a Mac) to say anything useful
+    about it; on Linux it answers for ``CPU``.
+    """
+    from pytest_mps import backend as shim
+
+    name = op if "::" in op else f"aten::{op}"
+    name = name.removesuffix(".default")
+    if shim.has_kernel(name, backend):
+        if backend == "MPS" and "MPSFallback" in shim.computed_kernel(name):
+            return FORCED_FALLBACK
+        return MPS_KERNEL
+    if any(shim.has_kernel(name, key) for key in _COMPOSITE_KEYS):
+        return COMPOSITE
+    return FALLBACK
