@@ -367,6 +367,12 @@ def _write_cache(path: Path, payload: dict[str, Any]) -> None:
 _memory: dict[str, OpTable] = {}
 
 
+def cache_file(directory: Path, version: str, sha: str) -> Path:
+    """The cache file for one torch version and yaml digest."""
+    stem = "".join(c if c.isalnum() or c in ".-" else "_" for c in version)
+    return directory / f"mps-ops-{stem}-{sha[:16]}.json"
+
+
 def load_table(directory: Path | None = None, *, use_cache: bool = True) -> OpTable:
     """The installed torch's op table: from memory, the cache file, or a parse."""
     import torch
@@ -378,8 +384,7 @@ def load_table(directory: Path | None = None, *, use_cache: bool = True) -> OpTa
     if use_cache and key in _memory:
         seconds = time.perf_counter() - start
         return dataclasses.replace(_memory[key], source="memory", seconds=seconds)
-    safe_version = "".join(c if c.isalnum() or c in ".-" else "_" for c in key[:-48])
-    path = (directory or cache_dir()) / f"mps-ops-{safe_version}.json"
+    path = cache_file(directory or cache_dir(), torch.__version__, sha)
     codes = _read_cache(path) if use_cache else None
     source = "cache file"
     if codes is None:

@@ -1,0 +1,238 @@
+"""The MPS op table: each rule on real entries of the installed torch's yaml."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_mps import mps_ops
+
+
+@pytest.fixture(scope="module")
+def parsed() -> Any:
+    from torchgen.gen import parse_native_yaml
+
+    yaml_path, tags_path = mps_ops.yaml_paths()
+    return parse_native_yaml(str(yaml_path), str(tags_path))
+
+
+@pytest.fixture(scope="module")
+def table() -> mps_ops.OpTable:
+    return mps_ops.load_table()
+
+
+def test_an_op_with_an_explicit_mps_key_has_an_mps_kernel(
+    table: mps_ops.OpTable,
+) -> None:
+    # native_functions.yaml: `add.out` ... dispatch: CPU, CUDA, MPS, ...: add_out
+    assert table.codes["add.out"] == "explicit"
+    assert table.predict("aten::add.out").outcome == mps_ops.MPS_KERNEL
+
+
+def test_a_structured_delegate_inherits_the_out_variants_mps_kernel(
+    table: mps_ops.OpTable,
+) -> None:
+    for op in ("aten::add.Tensor", "aten::add_.Tensor", "aten::mm"):
+        prediction = table.predict(op)
+        assert prediction.outcome == mps_ops.MPS_KERNEL, prediction
+        assert "structured_delegate" in prediction.rule
+    assert table.predict("aten::add.Tensor").rule == (
+        "structured_delegate add.out has an MPS kernel"
+    )
+
+
+def test_a_delegate_without_mps_makes_linalg_svd_fall_back(
+    table: mps_ops.OpTable,
+) -> None:
+    # `_linalg_svd` delegates to `_linalg_svd.U`, whose dispatch lists CPU, CUDA.
+    assert table.codes["_linalg_svd"] == "none:_linalg_svd.U"
+    prediction = table.predict("aten::_linalg_svd")
+    assert prediction.outcome == mps_ops.FALLBACK
+    assert prediction.problem
+    assert prediction.rule == "structured_delegate _linalg_svd.U has no MPS kernel"
+
+
+def test_an_op_with_only_cpu_and_cuda_keys_falls_back(table: mps_ops.OpTable) -> None:
+    assert table.codes["_linalg_svd.U"] == "none"
+    assert table.predict("aten::_linalg_svd.U").outcome == mps_ops.FALLBACK
+
+
+def test_composite_ops_of_all_three_kinds_run_on_any_backend(
+    table: mps_ops.OpTable,
+) -> None:
+    kinds = {
+        "aten::dropout": "CompositeImplicitAutograd",
+        "aten::_to_copy": "CompositeExplicitAutograd",
+        "aten::select_backward": "CompositeExplicitAutogradNonFunctional",
+    }
+    for op, key in kinds.items():
+        prediction = table.predict(op)
+        assert prediction.outcome == mps_ops.COMPOSITE
+        assert prediction.rule.startswith(key)
+
+
+def test_an_explicit_mps_key_wins_over_a_composite_one(
+    table: mps_ops.OpTable,
+) -> None:
+    # `linear` lists CompositeImplicitAutograd and MPS (MPS has its own kernel).
+    assert table.predict("aten::linear").outcome == mps_ops.MPS_KERNEL
+
+
+def test_embedding_renorm_is_corrected_to_always_fall_back(
+    table: mps_ops.OpTable,
+) -> None:
+    assert table.codes["embedding_renorm_"] == "none"
+    prediction = table.predict("aten::embedding_renorm_")
+    assert prediction.outcome == mps_ops.FORCED_FALLBACK
+    assert "MPSFallback.mm" in prediction.rule
+
+
+def test_linalg_svd_composite_in_the_yaml_is_corrected_to_fall_back(
+    table: mps_ops.OpTable,
+) -> None:
+    assert table.codes["linalg_svd"] == "composite:CompositeImplicitAutograd"
+    assert table.predict("aten::linalg_svd").outcome == mps_ops.FORCED_FALLBACK
+    assert table.predict("aten::linalg_svd.U").outcome == mps_ops.FORCED_FALLBACK
+
+
+def test_corrections_apply_only_to_their_versions(table: mps_ops.OpTable) -> None:
+    old = dataclasses.replace(table, version=(2, 5), _predictions={})
+    new = dataclasses.replace(table, version=(2, 13), _predictions={})
+    assert old.predict("aten::col2im").outcome == mps_ops.FORCED_FALLBACK
+    assert new.predict("aten::col2im").outcome == mps_ops.MPS_KERNEL
+    assert old.predict("aten::im2col").outcome == mps_ops.FORCED_FALLBACK
+    assert new.predict("aten::im2col").outcome == mps_ops.MPS_KERNEL
+
+
+def test_every_correction_names_an_op_of_the_installed_yaml(
+    table: mps_ops.OpTable,
+) -> None:
+    missing = [fix.op for fix in mps_ops.CORRECTIONS if fix.op not in table.codes]
+    assert missing == []
+
+
+def test_the_cpu_attention_kernel_is_routed_not_a_fallback(
+    table: mps_ops.OpTable,
+) -> None:
+    for op in (
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    ):
+        prediction = table.predict(op)
+        assert prediction.outcome == mps_ops.ROUTED
+        assert not prediction.problem
+
+
+def test_ops_outside_aten_are_unknown_and_profiler_markers_are_ignored(
+    table: mps_ops.OpTable,
+) -> None:
+    assert table.predict("torchvision::nms").outcome == mps_ops.UNKNOWN
+    marker = table.predict("profiler::_record_function_enter_new")
+    assert marker.outcome == mps_ops.COMPOSITE
+    assert not marker.problem
+
+
+def test_default_overload_names_are_accepted_with_and_without_suffix(
+    table: mps_ops.OpTable,
+) -> None:
+    assert table.predict("aten::mm.default") == table.predict("aten::mm")
+    assert table.predict("mm").op == "aten::mm"
+
+
+def test_the_rules_agree_with_the_cpu_dispatcher_for_every_overload(
+    parsed: Any,
+) -> None:
+    # The same rules, run for the CPU key, must match the registrations the
+    # dispatcher of this very torch holds; on a Mac --mps-audit-check does the
+    # same for MPS.
+    codes = mps_ops.classify(parsed, "CPU")
+    table = mps_ops.OpTable(codes, torch.__version__, "", 0.0, "parsed", (0, 0))
+    disagree = []
+    for name in codes:
+        expected = mps_ops._outcome_of(codes[name])[0]
+        if name.startswith(mps_ops.ROUTED_PREFIXES):
+            continue
+        truth = mps_ops.dispatcher_outcome(name, "CPU")
+        if truth != expected:
+            disagree.append((name, expected, truth))
+    assert len(codes) > 3000
+    assert disagree == []
+    assert table.predict("aten::_linalg_svd").outcome == mps_ops.MPS_KERNEL
+
+
+def test_float64_gets_pytorchs_empty_mps_message() -> None:
+    assert mps_ops.dtype_problem(torch.float64) == (
+        "Cannot convert a MPS Tensor to float64 dtype as the MPS framework "
+        "doesn't support float64. Please use float32 instead."
+    )
+
+
+def test_complex128_and_float8_get_get_mps_data_type_message() -> None:
+    assert mps_ops.dtype_problem(torch.complex128) == (
+        "Trying to convert ComplexDouble to the MPS backend but it does not have "
+        "support for that dtype."
+    )
+    assert "float8_e4m3fn" in (mps_ops.dtype_problem(torch.float8_e4m3fn) or "")
+
+
+def test_dtypes_mps_holds_have_no_problem() -> None:
+    held = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
+    assert [mps_ops.dtype_problem(dtype) for dtype in held] == [None] * len(held)
+
+
+def test_the_table_is_cached_in_a_file_keyed_by_version_and_yaml_sha(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mps_ops, "_memory", {})
+    first = mps_ops.load_table(tmp_path)
+    assert first.source == "parsed"
+    (cache_file,) = tmp_path.iterdir()
+    assert first.yaml_sha256[:16] in cache_file.name
+    assert torch.__version__.replace("+", "_") in cache_file.name
+    stored = json.loads(cache_file.read_text())
+    assert stored["codes"] == first.codes
+
+    monkeypatch.setattr(mps_ops, "_memory", {})
+    second = mps_ops.load_table(tmp_path)
+    assert second.source == "cache file"
+    assert second.codes == first.codes
+    assert mps_ops.load_table(tmp_path).source == "memory"
+
+
+def test_a_corrupt_cache_file_is_parsed_again_and_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: mps_ops.OpTable
+) -> None:
+    monkeypatch.setattr(mps_ops, "_memory", {})
+    path = mps_ops.cache_file(tmp_path, torch.__version__, table.yaml_sha256)
+    path.write_text("{not json")
+    reloaded = mps_ops.load_table(tmp_path)
+    assert reloaded.source == "parsed"
+    assert json.loads(path.read_text())["codes"] == table.codes
+
+
+def test_an_unwritable_cache_directory_still_gives_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mps_ops, "_memory", {})
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    result = mps_ops.load_table(blocker)
+    assert result.source == "parsed"
+    assert result.predict("aten::_linalg_svd").outcome == mps_ops.FALLBACK
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS uses ~/Library/Caches")
+def test_the_cache_directory_follows_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_MPS_CACHE_DIR", str(tmp_path))
+    assert mps_ops.cache_dir() == tmp_path
+    monkeypatch.delenv("PYTEST_MPS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert mps_ops.cache_dir() == tmp_path / "xdg" / "pytest-mps"
