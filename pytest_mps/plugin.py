@@ -8,4 +8,5 @@ pytest_plugins = [
     "pytest_mps.seeding",
     "pytest_mps.report",
     "pytest_mps.watch",
+    "pytest_mps.audit",
 ]

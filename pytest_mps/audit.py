@@ -1,0 +1,407 @@
+"""``--mps-audit``: predict, on a machine without a Mac, what a suite would do on MPS.
+
+Each test's aten ops (seen through the one watch mode of :mod:`pytest_mps.watch`,
+after decomposition) are looked up in the installed torch's own op table
+(:mod:`pytest_mps.mps_ops`), and their tensors' dtypes checked against what MPS
+can hold. Findings travel on ``report.user_properties`` (so pytest-xdist works),
+are listed per test and as a session table in the terminal summary, and go to
+the ``--mps-report`` JSON under ``"mps_audit"``. ``--mps-audit=error`` fails
+the tests with findings that ``@pytest.mark.mps_allow_fallback`` does not allow.
+
+On a Mac, ``--mps-audit-check`` compares each prediction for the ops the suite
+ran with the dispatcher's own registrations and prints where they differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Generator, Mapping
+from typing import Any
+
+import pytest
+
+from pytest_mps import mps_ops
+
+AUDIT_HELP = (
+    "predict what the suite would do on MPS from the ops each test runs here: "
+    "ops that fall back to the CPU or raise, dtypes MPS cannot hold. "
+    "off (default), report (list findings), error (also fail those tests). "
+    "A bare --mps-audit means report."
+)
+AUDIT_CHECK_HELP = (
+    "on a Mac (torch built with MPS): compare the audit's prediction for every "
+    "op the suite ran with the MPS dispatcher's registrations; print differences."
+)
+LEVELS = ("off", "report", "error")
+PROPERTY = "pytest_mps_audit"
+OPS_PROPERTY = "pytest_mps_audit_ops"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSettings:
+    """The session's audit level and whether to check against the dispatcher."""
+
+    level: str
+    check: bool
+
+
+settings_key = pytest.StashKey[AuditSettings]()
+table_key = pytest.StashKey[mps_ops.OpTable]()
+_recorder_key = pytest.StashKey["Recorder"]()
+
+
+def parse_level(value: str, where: str) -> str:
+    """Validate an audit level; ValueError naming ``where`` it came from."""
+    text = value.strip().lower()
+    if text not in LEVELS:
+        raise ValueError(f"{where}: {value!r} is not one of {', '.join(LEVELS)}")
+    return text
+
+
+def _level_arg(value: str) -> str:
+    try:
+        return parse_level(value, "--mps-audit")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mps")
+    group.addoption(
+        "--mps-audit",
+        dest="mps_audit",
+        nargs="?",
+        const="report",
+        default=None,
+        type=_level_arg,
+        metavar="LEVEL",
+        help=AUDIT_HELP,
+    )
+    group.addoption(
+        "--mps-audit-check",
+        dest="mps_audit_check",
+        action="store_true",
+        default=None,
+        help=AUDIT_CHECK_HELP,
+    )
+    parser.addini("mps_audit", AUDIT_HELP, default="off")
+    parser.addini("mps_audit_check", AUDIT_CHECK_HELP, type="bool", default=False)
+
+
+def _settings(config: pytest.Config) -> AuditSettings:
+    level = config.getoption("mps_audit")
+    if level is None:
+        where = f"ini option mps_audit in {config.inipath}"
+        try:
+            level = parse_level(str(config.getini("mps_audit")), where)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    check = config.getoption("mps_audit_check")
+    if check is None:
+        check = bool(config.getini("mps_audit_check"))
+    if check and level == "off":
+        level = "report"
+    return AuditSettings(level, bool(check))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = config.stash[settings_key] = _settings(config)
+    if settings.level == "off":
+        return
+    if settings.check:
+        from pytest_mps import backend
+
+        if not backend.mps_built():
+            raise pytest.UsageError(
+                "--mps-audit-check needs a torch built with MPS (a Mac): it asks "
+                "the MPS dispatcher; use --mps-audit alone here"
+            )
+    try:
+        config.stash[table_key] = mps_ops.load_table()
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"--mps-audit reads torch's native_functions.yaml with torchgen, "
+            f"which needs PyYAML (pip install pyyaml): {exc}"
+        ) from None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    table = config.stash.get(table_key, None)
+    if table is None:
+        return None
+    counts = table.counts()
+    return (
+        f"mps-audit: {config.stash[settings_key].level}; op table of torch "
+        f"{table.torch_version} ({len(table.codes)} overloads: "
+        f"{counts.get(mps_ops.MPS_KERNEL, 0)} MPS, "
+        f"{counts.get(mps_ops.COMPOSITE, 0)} composite, "
+        f"{counts.get(mps_ops.FALLBACK, 0) + counts.get(mps_ops.FORCED_FALLBACK, 0)} "
+        f"fall back) from {table.source} in {table.seconds * 1000:.0f} ms"
+    )
+
+
+# -- watching one test ----------------------------------------------------------
+
+
+def allowed_ops(item: pytest.Item) -> frozenset[str]:
+    """Op names that ``@pytest.mark.mps_allow_fallback(...)`` allows for ``item``."""
+    names: set[str] = set()
+    for mark in item.iter_markers("mps_allow_fallback"):
+        for arg in mark.args:
+            text = str(arg)
+            names.add(text if "::" in text else f"aten::{text}")
+    return frozenset(names)
+
+
+class Recorder:
+    """The per-test op callback: counts findings and where they first happened."""
+
+    def __init__(self, table: mps_ops.OpTable, keep_ops: bool) -> None:
+        import torch
+
+        self.table = table
+        self.tensor = torch.Tensor
+        self.dtype = torch.dtype
+        self.bad = {
+            dt: msg
+            for dt in vars(torch).values()
+            if isinstance(dt, torch.dtype)
+            and (msg := mps_ops.dtype_problem(dt)) is not None
+        }
+        self.predictions: dict[Any, mps_ops.Prediction] = {}
+        self.findings: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ops: set[str] | None = set() if keep_ops else None
+
+    def _note(self, kind: str, name: str, outcome: str, why: str, op: str) -> None:
+        found = self.findings.get((kind, name))
+        if found is not None:
+            found["count"] += 1
+            return
+        from pytest_mps.watch import user_location
+
+        self.findings[(kind, name)] = {
+            "kind": kind,
+            "name": name,
+            "outcome": outcome,
+            "why": why,
+            "op": op,
+            "count": 1,
+            "first": user_location(),
+        }
+
+    def _check_dtype(self, value: Any, op: str) -> None:
+        dtype = value.dtype if isinstance(value, self.tensor) else value
+        message = self.bad.get(dtype)
+        if message is not None:
+            self._note("dtype", str(dtype), "unsupported dtype", message, op)
+
+    def __call__(
+        self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Look at one op before it runs: its prediction and its dtypes."""
+        prediction = self.predictions.get(func)
+        if prediction is None:
+            prediction = self.predictions[func] = self.table.predict(func.name())
+        op = prediction.op
+        if self.ops is not None:
+            self.ops.add(op)
+        if prediction.outcome in mps_ops.PROBLEMS or prediction.outcome == "unknown":
+            self._note("op", op, prediction.outcome, prediction.rule, op)
+        tensor, dtype = self.tensor, self.dtype
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, (tensor, dtype)):
+                self._check_dtype(value, op)
+            elif isinstance(value, (list, tuple)):
+                for inner in value:
+                    if isinstance(inner, tensor):
+                        self._check_dtype(inner, op)
+
+    def results(self, allowed: frozenset[str]) -> list[dict[str, Any]]:
+        """The findings, each marked allowed or not, problems first."""
+        rows = []
+        for row in self.findings.values():
+            allow = row["kind"] == "op" and row["name"] in allowed
+            rows.append({**row, "allowed": allow})
+        return sorted(rows, key=lambda r: (not is_problem(r), r["kind"], r["name"]))
+
+
+def is_problem(row: Mapping[str, Any]) -> bool:
+    """True for a finding that would break or slow the test on MPS."""
+    if row.get("allowed"):
+        return False
+    return row["kind"] == "dtype" or row["outcome"] in mps_ops.PROBLEMS
+
+
+@pytest.hookimpl
+def pytest_mps_watch_ops(item: pytest.Item) -> Any:
+    config = item.config
+    table = config.stash.get(table_key, None)
+    if table is None:
+        return None
+    recorder = Recorder(table, keep_ops=config.stash[settings_key].check)
+    item.stash[_recorder_key] = recorder
+    return recorder
+
+
+def _describe(row: Mapping[str, Any]) -> str:
+    if row["kind"] == "dtype":
+        return f"{row['name']} (in {row['op']}): {row['why']}"
+    return f"{row['name']}: {mps_ops.MEANING[row['outcome']]} ({row['why']})"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    result = yield
+    recorder = item.stash.get(_recorder_key, None)
+    if recorder is None or item.config.stash[settings_key].level != "error":
+        return result
+    problems = [r for r in recorder.results(allowed_ops(item)) if is_problem(r)]
+    if problems:
+        lines = [f"  {_describe(r)}\n    first at {r['first']}" for r in problems]
+        pytest.fail(
+            "--mps-audit=error: this test would not run cleanly on MPS:\n"
+            + "\n".join(lines),
+            pytrace=False,
+        )
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    recorder = item.stash.get(_recorder_key, None)
+    if recorder is not None and call.when == "call":
+        report.user_properties.append((PROPERTY, recorder.results(allowed_ops(item))))
+        if recorder.ops is not None:
+            report.user_properties.append((OPS_PROPERTY, sorted(recorder.ops)))
+    return report
+
+
+# -- the session's summary --------------------------------------------------------
+
+
+def _collect(stats: Mapping[str, list[Any]]) -> tuple[dict[str, list[Any]], set[str]]:
+    per_test: dict[str, list[Any]] = {}
+    ops: set[str] = set()
+    for reports in stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == PROPERTY:
+                    per_test[report.nodeid] = list(value)
+                elif name == OPS_PROPERTY:
+                    ops.update(value)
+    return per_test, ops
+
+
+def session_rows(per_test: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """One row per op or dtype over the session: count, tests, first user line."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for nodeid, findings in per_test.items():
+        for found in findings:
+            row = rows.get((found["kind"], found["name"]))
+            if row is None:
+                row = rows[(found["kind"], found["name"])] = {
+                    **found,
+                    "count": 0,
+                    "tests": [],
+                    "allowed": True,
+                }
+            row["count"] += found["count"]
+            row["tests"].append(nodeid)
+            row["allowed"] = row["allowed"] and found["allowed"]
+    return sorted(
+        rows.values(), key=lambda r: (not is_problem(r), r["kind"], r["name"])
+    )
+
+
+def check_differences(
+    table: mps_ops.OpTable, ops: set[str], backend: str = "MPS"
+) -> list[dict[str, str]]:
+    """Ops whose prediction differs from the dispatcher's registrations."""
+    skip = {mps_ops.ROUTED, mps_ops.UNKNOWN}
+    differences = []
+    for op in sorted(ops):
+        predicted = table.predict(op)
+        if predicted.outcome in skip or op.split("::")[0] != "aten":
+            continue
+        truth = mps_ops.dispatcher_outcome(op, backend)
+        if truth != predicted.outcome:
+            differences.append(
+                {
+                    "op": op,
+                    "predicted": predicted.outcome,
+                    "rule": predicted.rule,
+                    "dispatcher": truth,
+                }
+            )
+    return differences
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    label = "unsupported dtype" if row["kind"] == "dtype" else row["outcome"]
+    return label + (" (allowed)" if row.get("allowed") else "")
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    table = config.stash.get(table_key, None)
+    if table is None:
+        return
+    from pytest_mps.watch import relative_location
+
+    per_test, ops = _collect(terminalreporter.stats)
+    rows = session_rows(per_test)
+    root = config.rootpath
+    write = terminalreporter.write_line
+    terminalreporter.write_sep(
+        "=", f"MPS audit: predicted from torch {table.torch_version}'s op table"
+    )
+    clean = sum(1 for found in per_test.values() if not found)
+    write(f"{len(per_test)} tests audited, {clean} without findings")
+    for nodeid, findings in per_test.items():
+        if findings:
+            write(nodeid)
+        for row in findings:
+            where = relative_location(row["first"], root)
+            write(f"  {row['name']}  {_label(row)}  x{row['count']}  at {where}")
+    if rows:
+        width = max(len(row["name"]) for row in rows)
+        write("")
+        write(f"{'op or dtype':<{width}}  {'predicted':<28} count  tests  first at")
+        for row in rows:
+            where = relative_location(row["first"], root)
+            write(
+                f"{row['name']:<{width}}  {_label(row):<28} {row['count']:>5}  "
+                f"{len(row['tests']):>5}  {where}"
+            )
+        write("")
+        for outcome in sorted({r["outcome"] for r in rows if r["kind"] == "op"}):
+            write(f"{outcome}: {mps_ops.MEANING[outcome]}")
+        for row in rows:
+            if row["kind"] == "dtype":
+                write(f"{row['name']}: {row['why']}")
+    data: dict[str, Any] = {
+        "level": config.stash[settings_key].level,
+        "torch": table.torch_version,
+        "yaml_sha256": table.yaml_sha256,
+        "table_source": table.source,
+        "table_seconds": table.seconds,
+        "tests": per_test,
+        "session": rows,
+    }
+    if config.stash[settings_key].check:
+        differences = check_differences(table, ops)
+        write(f"--mps-audit-check: {len(ops)} ops compared, {len(differences)} differ")
+        for diff in differences:
+            write(
+                f"  {diff['op']}: predicted {diff['predicted']} ({diff['rule']}), "
+                f"the MPS dispatcher says {diff['dispatcher']}"
+            )
+        data["check"] = {"ops": len(ops), "differences": differences}
+    from pytest_mps.report import add_report_section
+
+    add_report_section(config, "mps_audit", data)

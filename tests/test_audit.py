@@ -1,0 +1,299 @@
+"""``--mps-audit``: a suite run here, predicted for MPS, with the user's lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+# A small nanoGPT-shaped model: embeddings, causal self-attention through
+# scaled_dot_product_attention, GELU MLP, LayerNorm, tied head, cross-entropy.
+GPT_MODULE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.out = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=65, block=32, layers=2, width=64, heads=4):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(block, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.wte.weight = self.head.weight
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+"""
+
+USER_SUITE = """
+import torch
+from gpt import GPT
+
+
+def test_svd():
+    a = torch.randn(4, 3)
+    u, s, vh = torch.linalg.svd(a)
+    assert s.shape == (3,)
+
+
+def test_float64():
+    x = torch.zeros(3, dtype=torch.float64)
+    assert (x + 1).sum() == 3
+
+
+def test_item_in_a_loop():
+    t = torch.arange(5.0)
+    total = 0.0
+    for i in range(5):
+        total += t[i].item()
+    assert total == 10
+
+
+def test_gpt_step():
+    torch.manual_seed(0)
+    model = GPT()
+    idx = torch.randint(0, 65, (2, 32))
+    loss = model(idx, idx)
+    loss.backward()
+    assert model.head.weight.grad is not None
+"""
+
+
+@pytest.fixture
+def user_suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(gpt=GPT_MODULE, test_user=USER_SUITE)
+    return pytester
+
+
+def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
+    user_suite: pytest.Pytester,
+) -> None:
+    result = user_suite.runpytest("--mps-audit", "--mps-report", "report.json")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*MPS audit: predicted from torch *",
+            "4 tests audited, * without findings",
+            "test_user.py::test_svd",
+            "  aten::_linalg_svd  fallback  x1  at test_user.py:7",
+            "test_user.py::test_float64",
+            "  torch.float64  unsupported dtype  x*  at test_user.py:12",
+            "op or dtype*predicted*count*tests*first at",
+            "torch.float64 *unsupported dtype * 1  test_user.py:12",
+            "aten::_linalg_svd *fallback * 1 * 1  test_user.py:7",
+            "fallback: falls back to CPU (raises without "
+            "PYTORCH_ENABLE_MPS_FALLBACK=1)",
+            "torch.float64: Cannot convert a MPS Tensor to float64 dtype as the MPS "
+            "framework doesn't support float64. Please use float32 instead.",
+        ]
+    )
+    result.stdout.no_fnmatch_line("test_user.py::test_gpt_step")
+    audit = json.loads((user_suite.path / "report.json").read_text())["mps_audit"]
+    assert audit["tests"]["test_user.py::test_gpt_step"] == []
+    svd = audit["tests"]["test_user.py::test_svd"]
+    assert [(f["name"], f["outcome"]) for f in svd] == [
+        ("aten::_linalg_svd", "fallback")
+    ]
+    assert svd[0]["first"].endswith("test_user.py:7")
+    assert svd[0]["why"] == "structured_delegate _linalg_svd.U has no MPS kernel"
+    dtype = audit["tests"]["test_user.py::test_float64"][0]
+    assert (dtype["kind"], dtype["name"], dtype["op"]) == (
+        "dtype",
+        "torch.float64",
+        "aten::zeros",
+    )
+
+
+def test_the_header_says_where_the_op_table_came_from(
+    user_suite: pytest.Pytester,
+) -> None:
+    result = user_suite.runpytest("--mps-audit", "-k", "svd")
+    result.stdout.fnmatch_lines(
+        [
+            "mps-audit: report; op table of torch * (* overloads: * MPS, * "
+            "composite, * fall back) from * in * ms"
+        ]
+    )
+
+
+def test_without_the_option_nothing_is_audited(user_suite: pytest.Pytester) -> None:
+    result = user_suite.runpytest()
+    result.assert_outcomes(passed=4)
+    result.stdout.no_fnmatch_line("*MPS audit*")
+    result.stdout.no_fnmatch_line("mps-audit:*")
+
+
+def test_error_level_fails_each_test_with_findings_naming_op_and_line(
+    user_suite: pytest.Pytester,
+) -> None:
+    result = user_suite.runpytest("--mps-audit=error")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*--mps-audit=error: this test would not run cleanly on MPS:",
+            "  aten::_linalg_svd: falls back to CPU * (structured_delegate "
+            "_linalg_svd.U has no MPS kernel)",
+            "    first at */test_user.py:7",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["  torch.float64 (in aten::zeros): Cannot convert a MPS Tensor to float64*"]
+    )
+
+
+def test_allow_fallback_marker_lets_a_known_fallback_pass_at_error_level(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.mps_allow_fallback("aten::_linalg_svd")
+        def test_allowed():
+            torch.linalg.svd(torch.randn(3, 3))
+
+        @pytest.mark.mps_allow_fallback("_linalg_svd")
+        def test_allowed_without_namespace():
+            torch.linalg.svd(torch.randn(3, 3))
+        """
+    )
+    result = pytester.runpytest(
+        "--mps-audit=error", "-W", "ignore::pytest.PytestUnknownMarkWarning"
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["aten::_linalg_svd *fallback (allowed) * 2 * 2  *"])
+
+
+def test_ini_option_turns_the_audit_on(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_audit = error\n")
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_embedding_renorm():
+            weight = torch.randn(10, 3)
+            torch.embedding_renorm_(weight, torch.tensor([1, 2]), 1.0, 2.0)
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["  aten::embedding_renorm_: always falls back to CPU (MPSFallback.mm)*"]
+    )
+
+
+def test_command_line_level_overrides_the_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_audit = error\n")
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_svd():
+            torch.linalg.svd(torch.randn(3, 3))
+        """
+    )
+    result = pytester.runpytest("--mps-audit=report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["aten::_linalg_svd *fallback *"])
+
+
+def test_a_bad_level_is_an_error_naming_the_flag(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--mps-audit=loud")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--mps-audit: 'loud' is not one of off, report, error*"]
+    )
+
+
+def test_a_bad_ini_level_is_an_error_naming_the_ini_file(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nmps_audit = sometimes\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*ini option mps_audit in *tox.ini: 'sometimes' is not one of off, *"]
+    )
+
+
+def test_svd_under_inference_mode_is_still_predicted_to_fall_back(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_svd_inference():
+            with torch.inference_mode():
+                torch.linalg.svd(torch.randn(3, 3))
+        """
+    )
+    result = pytester.runpytest("--mps-audit")
+    result.stdout.fnmatch_lines(["  aten::_linalg_svd  fallback  x1  at *:5"])
+
+
+def test_check_off_a_mac_is_a_usage_error_with_the_reason(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest("--mps-audit-check")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--mps-audit-check needs a torch built with MPS (a Mac)*"]
+    )
+
+
+def test_findings_reach_the_controller_under_xdist(
+    user_suite: pytest.Pytester,
+) -> None:
+    result = user_suite.runpytest_subprocess("--mps-audit", "-n", "2", "-p", "xdist")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "4 tests audited, 2 without findings",
+            "aten::_linalg_svd *fallback * 1 * 1  test_user.py:7",
+        ]
+    )
+
+
+@pytest.mark.mps
+def test_check_on_a_mac_compares_every_op_with_the_dispatcher(
+    user_suite: pytest.Pytester, tmp_path: Path
+) -> None:
+    report = tmp_path / "report.json"
+    result = user_suite.runpytest("--mps-audit-check", "--mps-report", str(report))
+    result.stdout.fnmatch_lines(["--mps-audit-check: * ops compared, * differ"])
+    check = json.loads(report.read_text())["mps_audit"]["check"]
+    assert check["ops"] > 10
+    for difference in check["differences"]:
+        assert difference["predicted"] != difference["dispatcher"]
