@@ -9,4 +9,6 @@ pytest_plugins = [
     "pytest_mps.report",
     "pytest_mps.watch",
     "pytest_mps.audit",
+    "pytest_mps.findings",
+    "pytest_mps.fallback",
 ]

@@ -1,0 +1,349 @@
+"""Fallback-leak detection: every op that left the GPU, per test.
+
+With ``PYTORCH_ENABLE_MPS_FALLBACK=1`` an op without an MPS kernel runs on the
+CPU and PyTorch warns (aten/src/ATen/mps/MPSFallback.mm, ``mps_fallback``)::
+
+    The operator 'aten::nonzero' is not currently supported on the MPS backend
+    and will fall back to run on the CPU. This may have performance implications.
+
+followed by `` (Triggered internally at .../MPSFallback.mm:NN.)``. It is a
+``TORCH_WARN_ONCE``: one static per C++ call site, so without
+``torch.set_warn_always(True)`` only the first op that ever falls back in the
+process is announced. The variable is read once, when torch loads; without it
+the op raises ``NotImplementedError`` (``mps_error_fallback``, same file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import sys
+import warnings
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from pytest_mps.findings import describe, findings_for
+from pytest_mps.watch import user_location
+
+FALLBACK_HELP = (
+    "what to do with ops that fall back from MPS to the CPU: 'warn' (default) "
+    "lists them per test and in the summary, 'error' fails the test listing them, "
+    "'off' leaves PYTORCH_ENABLE_MPS_FALLBACK and torch's warnings alone. Under "
+    "warn/error pytest-mps sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch loads."
+)
+ALLOW_HELP = "ops allowed to fall back to the CPU, one per line (aten::_linalg_svd)"
+MODES = ("error", "warn", "off")
+VARIABLE = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+# MPSFallback.mm, mps_fallback(): TORCH_WARN_ONCE("The operator '", name, "' is
+# not currently supported on the MPS backend and will fall back to run on the
+# CPU. This may have performance implications."). Not anchored at the end:
+# PyTorch appends " (Triggered internally at .../MPSFallback.mm:NN.)".
+FALLBACK_RE = re.compile(
+    r"The operator '(?P<op>[^']+)' is not currently supported on the MPS backend"
+)
+# Kernels that exist but hand the work to the CPU announce it themselves, e.g.
+# Indexing.mm: "MPS: nonzero op is not supported for complex datatypes. Falling
+# back on CPU. This may have performance implications."
+MPS_FALLBACK_RE = re.compile(r"MPS: (?P<text>.*?Falling back on CPU)", re.DOTALL)
+# ReduceOps.mm: "MPS: no support for int64 reduction ops, casting it to int32"
+DOWNCAST_RE = re.compile(
+    r"MPS: no support for int64 (?P<what>.+?), casting it to int32"
+)
+# MPSFallback.mm, mps_error_fallback(): TORCH_CHECK_NOT_IMPLEMENTED(false, "The
+# operator '", name, "' is not currently implemented for the MPS device. ...")
+NOT_IMPLEMENTED_RE = re.compile(
+    r"The operator '(?P<op>[^']+)' is not currently implemented for the MPS device"
+)
+# One Python filter for all three kinds: warnings' `message` is matched at the start.
+_FILTER = r"(The operator '[^']+' is not currently supported on the MPS backend|MPS: )"
+_SUFFIX = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+
+
+def parse_mode(value: str, where: str) -> str:
+    """One of error/warn/off; ValueError naming ``where`` otherwise."""
+    text = value.strip().lower()
+    if text not in MODES:
+        raise ValueError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
+    return text
+
+
+def _mode_arg(value: str) -> str:
+    try:
+        return parse_mode(value, "--mps-fallback")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mps")
+    group.addoption(
+        "--mps-fallback",
+        dest="mps_fallback",
+        type=_mode_arg,
+        metavar="{error,warn,off}",
+        default=None,
+        help=FALLBACK_HELP,
+    )
+    parser.addini("mps_fallback", FALLBACK_HELP, default=None)
+    parser.addini("mps_allow_fallback", ALLOW_HELP, type="linelist", default=[])
+
+
+def _mode(config: pytest.Config) -> str:
+    value = config.getoption("mps_fallback")
+    if value is None:
+        # in pytest_load_initial_conftests only the known args are parsed yet
+        known = getattr(config, "known_args_namespace", None)
+        value = getattr(known, "mps_fallback", None)
+    if value is not None:
+        return str(value)
+    ini = config.getini("mps_fallback")
+    if not ini:
+        return "warn"
+    try:
+        return parse_mode(str(ini), f"ini option mps_fallback in {config.inipath}")
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@dataclasses.dataclass
+class FallbackState:
+    """What the session changed, to say so in the header and undo it after."""
+
+    mode: str
+    variable_before: str | None
+    torch_was_imported: bool
+    allowed: frozenset[str]
+    warn_always_before: bool | None = None
+    seen_other: set[tuple[type[Warning], str]] = dataclasses.field(default_factory=set)
+
+
+state_key = pytest.StashKey[FallbackState]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # The earliest hook that runs before conftest.py files (which often import
+    # torch) are imported; torch reads the variable once, when it loads.
+    _set_up(early_config)
+
+
+def _set_up(config: pytest.Config) -> FallbackState:
+    if state_key in config.stash:
+        return config.stash[state_key]
+    mode = _mode(config)
+    before = os.environ.get(VARIABLE)
+    state = FallbackState(
+        mode=mode,
+        variable_before=before,
+        torch_was_imported="torch" in sys.modules,
+        allowed=frozenset(_op_name(o) for o in config.getini("mps_allow_fallback")),
+    )
+    if mode != "off":
+        os.environ[VARIABLE] = "1"
+    config.stash[state_key] = state
+    return state
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mps_allow_fallback(*ops): these ops (aten::_linalg_svd, ...) may fall "
+        "back to the CPU in this test; with no ops, every op may.",
+    )
+    # When the plugin is loaded late (-p from a conftest), set up here instead.
+    _set_up(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(state_key, None)
+    if state is None:
+        return
+    if state.mode != "off":
+        if state.variable_before is None:
+            os.environ.pop(VARIABLE, None)
+        else:
+            os.environ[VARIABLE] = state.variable_before
+    if state.warn_always_before is not None and "torch" in sys.modules:
+        import torch
+
+        torch.set_warn_always(state.warn_always_before)
+    del config.stash[state_key]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(state_key, None)
+    if state is None or state.mode == "off":
+        return []
+    lines = [f"pytest-mps fallback: {state.mode} ({VARIABLE}=1 set by pytest-mps)"]
+    if state.torch_was_imported and state.variable_before != "1":
+        lines.append(
+            f"pytest-mps WARNING: torch was imported before pytest-mps could set "
+            f"{VARIABLE}=1, and torch reads it only when it loads: on MPS the first "
+            "op without a kernel raises NotImplementedError instead of falling back, "
+            f"so a test stops there. Set {VARIABLE}=1 in the environment to collect "
+            "every fallback op."
+        )
+    return lines
+
+
+def _op_name(name: str) -> str:
+    name = name.strip()
+    return name if "::" in name else f"aten::{name}"
+
+
+def _allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
+    """Ops allowed to fall back in ``item``; None means every op."""
+    allowed = set(state.allowed)
+    for mark in item.iter_markers("mps_allow_fallback"):
+        if not mark.args:
+            return None
+        for arg in mark.args:
+            if not isinstance(arg, str):
+                raise pytest.UsageError(
+                    f"@pytest.mark.mps_allow_fallback on {item.nodeid}: "
+                    f"{arg!r} is not an op name such as 'aten::_linalg_svd'"
+                )
+            allowed.add(_op_name(arg))
+    return frozenset(allowed)
+
+
+def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
+    # "aten::linalg_svd" also allows its overloads ("aten::linalg_svd.U")
+    return allowed is None or op in allowed or op.split(".", 1)[0] in allowed
+
+
+def classify(text: str) -> tuple[str, str, str] | None:
+    """``(kind, op, detail)`` for one of PyTorch's MPS fallback messages."""
+    match = FALLBACK_RE.search(text)
+    if match:
+        return "fallback", match.group("op"), ""
+    match = DOWNCAST_RE.search(text)
+    if match:
+        return "int64-downcast", f"int64 {match.group('what')}", ""
+    match = MPS_FALLBACK_RE.search(text)
+    if match:
+        detail = _SUFFIX.sub("", match.group("text"))
+        op = re.match(r"(\w+) op\b", detail)
+        return "mps-fallback", f"aten::{op.group(1)}" if op else detail, detail
+    return None
+
+
+def _enable_warn_always(state: FallbackState) -> None:
+    if state.warn_always_before is not None or "torch" not in sys.modules:
+        return
+    import torch
+
+    state.warn_always_before = bool(torch.is_warn_always_enabled())
+    torch.set_warn_always(True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    state = item.config.stash.get(state_key, None)
+    if state is None or state.mode == "off":
+        return (yield)
+    _enable_warn_always(state)
+    allowed = _allowed(item, state)
+    found = findings_for(item)
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def showwarning(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: Any = None,
+            line: str | None = None,
+        ) -> None:
+            text = str(message)
+            kind = classify(text)
+            if kind is not None:
+                where = user_location(sys._getframe(1))
+                ok = _is_allowed(kind[1], allowed)
+                found.add(kind[0], kind[1], where, allowed=ok, detail=kind[2])
+                return
+            if state.warn_always_before is False and "(Triggered internally at" in text:
+                # warn-always (which we turned on) repeats torch's other warn-once
+                # warnings: pass each on once per session, as torch would.
+                key = (category, text)
+                if key in state.seen_other:
+                    return
+                state.seen_other.add(key)
+            previous(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
+        warnings.filterwarnings("always", message=_FILTER)
+        return (yield)
+
+
+def _raising_frame(exc: BaseException) -> Any:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame if tb is not None else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    state = item.config.stash.get(state_key, None)
+    if state is None:
+        return (yield)
+    try:
+        result = yield
+    except NotImplementedError as exc:
+        match = NOT_IMPLEMENTED_RE.search(str(exc))
+        if match:
+            where = user_location(_raising_frame(exc))
+            findings_for(item).add("not-implemented", match.group("op"), where)
+        raise
+    finally:
+        # torch may have been imported by this test: later tests get warn-always
+        if state.mode != "off":
+            _enable_warn_always(state)
+    if state.mode != "error":
+        return result
+    leaks = [
+        f
+        for f in findings_for(item).of_kind("fallback", "mps-fallback")
+        if not f.allowed
+    ]
+    if leaks:
+        pytest.fail(
+            f"{len(leaks)} op(s) fell back from MPS to the CPU (--mps-fallback=error):"
+            "\n  "
+            + "\n  ".join(describe(leaks, item.config.rootpath))
+            + "\nallow known ones with @pytest.mark.mps_allow_fallback('aten::...') "
+            "or the mps_allow_fallback ini list",
+            pytrace=False,
+        )
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.when != "call" or call.excinfo is None:
+        return report
+    if not call.excinfo.errisinstance(NotImplementedError):
+        return report
+    match = NOT_IMPLEMENTED_RE.search(str(call.excinfo.value))
+    if match:
+        report.sections.append(
+            (
+                "pytest-mps fallback",
+                f"{match.group('op')} has no MPS kernel, and {VARIABLE} was not "
+                "set when torch loaded, so the test stopped at the first such op. "
+                "Run with --mps-fallback=warn (the default) or =error, with torch "
+                f"imported after pytest starts (or {VARIABLE}=1 in the environment), "
+                "to run the test to its end and list every op that falls back.",
+            )
+        )
+    return report
