@@ -1,0 +1,84 @@
+"""`{{ cookiecutter.project_slug }} COMMAND --key=value ...`: prepare, train, sample, bench."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .config import Config, help_text, parse_args
+from .errors import ConfigError, ProjectError
+
+PROG = "{{ cookiecutter.project_slug }}"
+USAGE = f"""usage: {PROG} COMMAND [--key=value ...]
+
+commands:
+  prepare   tokenize a text into data_dir/dataset (the embedded Shakespeare by
+            default; --tokenizer=gpt2 for GPT-2 BPE; --input_file=FILE for yours)
+  train     train from scratch, or --init_from=resume
+  sample    generate text from out_dir/ckpt.pt
+  bench     time the training step on random tokens
+
+`{PROG} COMMAND --help` lists every setting with its default."""
+
+
+def _prepare(cfg: Config) -> Any:
+    from .data import prepare
+
+    return prepare(cfg)
+
+
+def _train(cfg: Config) -> Any:
+    from .train import train
+
+    return train(cfg)
+
+
+def _sample(cfg: Config) -> Any:
+    from .sample import sample
+
+    return sample(cfg)
+
+
+def _bench(cfg: Config) -> Any:
+    from .bench import bench
+
+    return bench(cfg)
+
+
+COMMANDS: dict[str, Callable[[Config], Any]] = {
+    "prepare": _prepare,
+    "train": _train,
+    "sample": _sample,
+    "bench": _bench,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        print(f"{PROG}: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    if "-h" in rest or "--help" in rest:
+        print(help_text(command))
+        return 0
+    try:
+        COMMANDS[command](parse_args(rest))
+    except ConfigError as exc:
+        print(f"{PROG} {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ProjectError as exc:
+        print(f"{PROG} {command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n{PROG} {command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+

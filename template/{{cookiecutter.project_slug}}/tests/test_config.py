@@ -1,0 +1,77 @@
+import pytest
+
+from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.config import DEFAULT_PRESET, Config, parse_args
+from {{ cookiecutter.package_name }}.errors import ConfigError
+
+
+def test_no_arguments_give_the_default_preset():
+    assert parse_args([]) == Config.for_preset(DEFAULT_PRESET)
+
+
+def test_shakespeare_char_preset_is_nanogpts():
+    cfg = Config.for_preset("shakespeare_char")
+    shape = (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size)
+    assert shape == (6, 6, 384, 256, 64)
+    assert (cfg.dropout, cfg.learning_rate, cfg.beta2) == (0.2, 1e-3, 0.99)
+    assert (cfg.max_iters, cfg.warmup_iters, cfg.lr_decay_steps) == (5000, 100, 5000)
+
+
+def test_overrides_take_the_type_of_the_setting():
+    cfg = parse_args(["--max_iters=7", "--dropout=0.5", "--bias=true", "--start=a=b"])
+    assert (cfg.max_iters, cfg.dropout, cfg.bias, cfg.start) == (7, 0.5, True, "a=b")
+
+
+def test_overrides_apply_on_top_of_the_chosen_preset():
+    cfg = parse_args(["--n_layer=3", "--preset=shakespeare_char"])
+    assert (cfg.preset, cfg.n_layer, cfg.n_embd) == ("shakespeare_char", 3, 384)
+
+
+def test_dashes_in_keys_work_like_underscores():
+    assert parse_args(["--max-iters=3"]).max_iters == 3
+
+
+def test_an_unknown_key_is_refused_with_the_closest_names():
+    with pytest.raises(ConfigError, match=r"--max_iter: unknown setting 'max_iter'.*"
+                       r"did you mean 'max_iters'"):
+        parse_args(["--max_iter=5"])
+
+
+def test_a_value_of_the_wrong_type_names_the_argument():
+    with pytest.raises(ConfigError, match=r"--batch_size=abc on the command line"):
+        parse_args(["--batch_size=abc"])
+
+
+def test_an_out_of_range_value_says_where_it_came_from():
+    with pytest.raises(
+        ConfigError,
+        match=r"n_embd=100 \(--n_embd=100 on the command line\): "
+        r"must be divisible by n_head=3",
+    ):
+        parse_args(["--n_head=3", "--n_embd=100"])
+
+
+def test_an_unknown_preset_lists_the_presets():
+    with pytest.raises(ConfigError, match="unknown preset 'shakespeare'.*shakespeare_char"):
+        parse_args(["--preset=shakespeare"])
+
+
+def test_an_argument_without_a_value_is_refused():
+    with pytest.raises(ConfigError, match="not of the form --key=value"):
+        parse_args(["--bias"])
+
+
+def test_help_lists_every_setting(capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--max_iters=" in out and "--init_from=" in out
+
+
+def test_an_unknown_command_gets_a_suggestion(capsys):
+    assert main(["trian"]) == 2
+    assert "did you mean 'train'" in capsys.readouterr().err
+
+
+def test_a_bad_setting_exits_with_the_message(capsys):
+    assert main(["train", "--learning_rate=-1"]) == 2
+    assert "learning_rate=-1.0" in capsys.readouterr().err

@@ -1,0 +1,132 @@
+import io
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from pytest_mps import assert_on_device, assert_same_device
+
+from {{ cookiecutter.package_name }} import checkpoint
+from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.config import replace
+from {{ cookiecutter.package_name }}.errors import CheckpointError
+from {{ cookiecutter.package_name }}.sample import sample
+from {{ cookiecutter.package_name }}.train import lr_at, setup, train, train_step
+
+NOT_BITWISE = "GPU kernels are not bitwise reproducible; exact resume is a CPU promise"
+
+
+def run(cfg):
+    stream = io.StringIO()
+    return train(cfg, stream=stream), stream.getvalue()
+
+
+def test_after_setup_model_batch_and_optimizer_share_the_device(small_config, device):
+    t = setup(small_config, log=lambda _: None)
+    x, y = t.batches.next()
+    train_step(t)  # the optimizer has state only after its first step
+    assert_same_device(t.model, (x, y), t.optimizer)
+    assert_on_device(t.model, device)
+
+
+def test_the_loss_falls_over_a_few_steps(small_config):
+    cfg = replace(small_config, max_iters=40, eval_interval=40, eval_iters=8,
+                  learning_rate=3e-3, warmup_iters=5)  # fmt: skip
+    result, out = run(cfg)
+    (_, _, val_before), (_, _, val_after) = result.evals
+    assert val_after < val_before - 0.5, out
+    assert result.losses[-1][1] < result.losses[0][1]
+    assert "loss" in out and "ms/iter" in out
+
+
+def test_the_cpu_run_says_mfu_is_unknown_rather_than_guess(small_config):
+    if small_config.device != "cpu":
+        pytest.skip("the CPU has no peak-FLOPS entry; GPUs may")
+    _, out = run(small_config)
+    assert "MFU unknown for" in out
+
+
+@pytest.mark.skip_device("mps", "cuda", reason=NOT_BITWISE)
+def test_resuming_gives_the_same_next_losses_as_an_uninterrupted_run(small_config):
+    # Dropout on, so the restored random state matters as well as the batches.
+    cfg = replace(small_config, dropout=0.1, max_iters=8, lr_decay_iters=8,
+                  eval_interval=3)  # fmt: skip
+    whole, _ = run(replace(cfg, out_dir=cfg.out_dir + "-whole"))
+    first, _ = run(replace(cfg, max_iters=5))
+    assert first.iter_num == 5 and first.checkpoint is not None
+    resumed, out = run(replace(cfg, init_from="resume"))
+    assert "resumed from" in out
+    after = [(it, loss) for it, loss in resumed.losses if it >= 5]
+    assert [it for it, _ in after] == [5, 6, 7]
+    assert after == [(it, loss) for it, loss in whole.losses if it >= 5]
+
+
+def test_a_checkpoint_interrupted_mid_write_leaves_the_old_one(small_config, monkeypatch):
+    result, _ = run(replace(small_config, max_iters=2))
+    path = result.checkpoint
+    before = path.read_bytes()
+
+    def killed_mid_write(obj, f):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save({"model": {}}, path)
+    assert path.read_bytes() == before
+    assert not [name for name in os.listdir(path.parent) if ".tmp-" in name]
+    assert checkpoint.load(path)["iter_num"] == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_corrupt_checkpoint_is_reported_with_its_path(small_config, damage):
+    result, _ = run(replace(small_config, max_iters=2))
+    path: Path = result.checkpoint
+    data = path.read_bytes()
+    path.write_bytes(b"not a checkpoint" if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=rf"{path.name} is corrupt"):
+        run(replace(small_config, init_from="resume"))
+
+
+def test_resuming_without_a_checkpoint_says_to_train_first(small_config):
+    with pytest.raises(CheckpointError, match="no checkpoint at .*train first"):
+        run(replace(small_config, init_from="resume"))
+
+
+def test_sampling_continues_the_prompt_from_the_checkpoint(small_config):
+    run(replace(small_config, max_iters=2))
+    cfg = replace(small_config, start="ROMEO:", num_samples=2, max_new_tokens=25)
+    texts = sample(cfg, stream=io.StringIO())
+    assert len(texts) == 2
+    assert all(t.startswith("ROMEO:") and len(t) == len("ROMEO:") + 25 for t in texts)
+
+
+def test_the_command_line_trains_and_samples(small_config, capsys):
+    args = [f"--{k}={v}" for k, v in small_config.to_dict().items()
+            if k not in ("preset", "start")]  # fmt: skip
+    assert main(["train", *args]) == 0
+    assert main(["sample", *args, "--max_new_tokens=10", "--num_samples=1"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint:" in out and "-" * 40 in out
+
+
+def test_the_loss_curve_is_drawn_when_matplotlib_is_installed(small_config):
+    _, out = run(replace(small_config, plot=True, max_iters=2))
+    png = Path(small_config.out_dir) / "loss.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in out and not png.exists()
+    else:
+        assert png.read_bytes().startswith(b"\x89PNG")
+    assert (Path(small_config.out_dir) / "loss.csv").is_file()
+
+
+def test_the_learning_rate_warms_up_then_decays_to_min_lr(small_config):
+    cfg = replace(small_config, warmup_iters=10, max_iters=100, learning_rate=1e-3,
+                  min_lr=1e-4)  # fmt: skip
+    lrs = [lr_at(cfg, it) for it in range(101)]
+    assert lrs[0] < lrs[5] < lrs[10]
+    assert max(lrs) == pytest.approx(1e-3, rel=0.01)
+    assert all(a >= b for a, b in zip(lrs[11:], lrs[12:]))
+    assert lrs[100] == pytest.approx(1e-4)
