@@ -1,0 +1,184 @@
+"""What ``--mps-audit`` costs: one nanoGPT-sized training step, and the yaml parse.
+
+The step is nanoGPT's shakespeare_char model (6 layers, 384 wide, 6 heads,
+block 256, vocab 65) at batch 8 on the CPU: forward, backward, AdamW step.
+It runs bare, under the shared watch mode with no callback (the mode's own
+cost, paid by every watcher), and under the mode with the audit's recorder.
+Variants are interleaved round by round so drift on a shared machine hits all
+three alike; the medians are compared.
+
+Run: ``.venv/bin/python benchmarks/audit_overhead.py [--rounds N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from pytest_mps import mps_ops, watch
+from pytest_mps.audit import Recorder
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.out = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (
+            t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(
+        self, vocab: int = 65, block: int = 256, layers: int = 6, width: int = 384
+    ) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(block, width)
+        self.blocks = nn.ModuleList(Block(width, 6) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.wte.weight = self.head.weight
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def make_step(batch: int) -> Callable[[], None]:
+    torch.manual_seed(0)
+    model = GPT()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, 65, (batch, 256))
+    targets = torch.randint(0, 65, (batch, 256))
+
+    def step() -> None:
+        loss = model(idx, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def timed(step: Callable[[], None], mode: Any | None) -> float:
+    start = time.perf_counter()
+    if mode is None:
+        step()
+    else:
+        with mode:
+            step()
+    return time.perf_counter() - start
+
+
+def callback_cost(table: mps_ops.OpTable, ops: list[tuple[Any, Any, Any]]) -> float:
+    """Seconds the audit's callback takes for one step's ops, a fresh recorder
+    per pass as each test gets; the median of 20 passes.
+
+    Timed apart from the step, so the noise of a shared machine does not hide it.
+    """
+    passes = []
+    for _ in range(20):
+        recorder = Recorder(table, keep_ops=False)
+        start = time.perf_counter()
+        for func, args, kwargs in ops:
+            recorder(func, args, kwargs)
+        passes.append(time.perf_counter() - start)
+    return statistics.median(passes)
+
+
+def parse_costs() -> dict[str, float]:
+    start = time.perf_counter()
+    import torchgen.gen  # noqa: F401
+
+    costs = {"import torchgen": time.perf_counter() - start}
+    mps_ops._memory.clear()
+    costs["parse yaml + classify"] = mps_ops.load_table(use_cache=False).seconds
+    mps_ops._memory.clear()
+    table = mps_ops.load_table()
+    costs[f"load ({table.source})"] = table.seconds
+    costs["load (memory)"] = mps_ops.load_table().seconds
+    return costs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args()
+
+    costs = parse_costs()
+    table = mps_ops.load_table()
+    step = make_step(args.batch)
+
+    ops: list[tuple[Any, Any, Any]] = []
+    with watch.watch_mode([lambda func, a, k: ops.append((func, a, dict(k)))]):
+        step()
+    callback = callback_cost(table, ops)
+    recorder = Recorder(table, keep_ops=False)
+    with watch.watch_mode([recorder]):
+        step()  # warm the recorder's per-op cache, as the first test would
+    variants: dict[str, Callable[[], Any | None]] = {
+        "bare": lambda: None,
+        "watch mode, no callback": lambda: watch.watch_mode([]),
+        "watch mode + audit": lambda: watch.watch_mode([recorder]),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, make_mode in variants.items():
+            times[name].append(timed(step, make_mode()))
+
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"GPT 6x384, 6 heads, block 256, batch {args.batch}; "
+        f"{len(ops)} aten ops per step; {args.rounds} interleaved rounds"
+    )
+    bare = statistics.median(times["bare"])
+    print(f"{'variant':<26} {'median ms':>10} {'vs bare':>8}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<26} {median * 1000:>10.1f} {median / bare:>7.3f}x")
+    mode = statistics.median(times["watch mode, no callback"])
+    audit = statistics.median(times["watch mode + audit"])
+    per_op = (audit - mode) / len(ops) * 1e6
+    print(
+        f"audit adds {(audit - mode) * 1000:.1f} ms per step over the bare mode "
+        f"({per_op:.1f} us per op), {(audit - bare) * 1000:.1f} ms over no mode"
+    )
+    print(
+        f"audit callback alone: {callback * 1000:.2f} ms per step "
+        f"({callback / len(ops) * 1e6:.2f} us per op) = "
+        f"{callback / bare * 100:.2f}% of the bare step"
+    )
+    print(f"findings on this step: {sorted(recorder.findings) or 'none'}")
+    print("op table:")
+    for name, seconds in costs.items():
+        print(f"  {name:<24} {seconds * 1000:>8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
