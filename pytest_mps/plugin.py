@@ -11,4 +11,6 @@ pytest_plugins = [
     "pytest_mps.audit",
     "pytest_mps.findings",
     "pytest_mps.fallback",
+    "pytest_mps.host_sync",
+    "pytest_mps.mixed_devices",
 ]

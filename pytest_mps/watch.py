@@ -84,6 +84,7 @@ def _mode_class() -> type[Any]:
             args: tuple[Any, ...] = (),
             kwargs: Mapping[str, Any] | None = None,
         ) -> Any:
+            __tracebackhide__ = True
             if kwargs is None:
                 kwargs = _NO_KWARGS
             is_composite = composite.get(func)

@@ -1,0 +1,208 @@
+"""Host-sync detection: ``@pytest.mark.no_host_sync`` and ``forbid_host_sync()``.
+
+An op "syncs" when the host must wait for the device to finish before it can go
+on: it reads a value back (``.item()``), copies to or from host memory
+blockingly, or allocates an output whose size depends on the data (``nonzero``).
+PyTorch's ``torch.cuda.set_sync_debug_mode`` catches these on CUDA only; this
+check is device-generic, by op identity, so it also runs on MPS and on CPU.
+The ops are those ``set_sync_debug_mode("warn")`` reports on an H100 (torch
+2.11): ``_local_scalar_dense`` (``.item()``, ``float(t)``, ``bool(t)``),
+``_to_copy``/``copy_`` between host and device unless ``non_blocking``,
+``nonzero`` (``torch.where(m)``), ``index.Tensor``/``index_put_`` with a bool
+mask, ``masked_select``, ``_unique2``, ``repeat_interleave`` without
+``output_size``, ``bincount``, ``allclose``/``equal``; not ``multinomial``,
+``randperm``, ``sort``, ``cumsum`` or non-blocking copies to the host.
+
+On CPU nothing waits, but the same test run on MPS would: when the test runs
+on CPU, CPU tensors count as device tensors, so ``x.item()`` is flagged there
+too (``count_cpu``); on an accelerator only accelerator tensors count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+import pytest
+
+from pytest_mps.devices import devices_key
+from pytest_mps.findings import TestFindings, findings_for
+from pytest_mps.watch import OpCallback, op_watch, user_location
+
+
+class HostSyncError(AssertionError):
+    """An op made the host wait for the device where that is forbidden."""
+
+
+Check = Callable[[tuple[Any, ...], Mapping[str, Any], bool], str | None]
+
+
+def _on_device(tensor: Any, count_cpu: bool) -> bool:
+    return count_cpu or not tensor.is_cpu
+
+
+def _reads_back(what: str) -> Check:
+    def check(
+        args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+    ) -> str | None:
+        return what if _on_device(args[0], cpu) else None
+
+    return check
+
+
+def _bool_mask(what: str) -> Check:
+    def check(
+        args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+    ) -> str | None:
+        if not _on_device(args[0], cpu):
+            return None
+        import torch
+
+        for index in args[1]:
+            if index is not None and index.dtype in (torch.bool, torch.uint8):
+                return what
+        return None
+
+    return check
+
+
+def _crosses(src: Any, dst_is_cpu: bool, non_blocking: bool) -> bool:
+    return not non_blocking and src.is_cpu != dst_is_cpu
+
+
+def _to_copy(args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool) -> str | None:
+    device = kwargs.get("device")
+    if device is None:
+        return None
+    dst_is_cpu = str(device).startswith("cpu")
+    if _crosses(args[0], dst_is_cpu, bool(kwargs.get("non_blocking", False))):
+        return "a blocking copy between host and device (.cpu(), .tolist(), .to())"
+    return None
+
+
+def _copy_(args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool) -> str | None:
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+    if _crosses(args[1], bool(args[0].is_cpu), non_blocking):
+        return "a blocking copy between host and device (copy_)"
+    return None
+
+
+def _repeat_interleave(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+) -> str | None:
+    size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
+    if size is None and _on_device(args[0], cpu):
+        return "repeat_interleave without output_size reads the repeats back"
+    return None
+
+
+@lru_cache(maxsize=1)
+def sync_checks() -> dict[Any, Check]:
+    """OpOverload -> check returning why it syncs (or None), built once."""
+    import torch
+
+    aten = torch.ops.aten
+    checks: dict[Any, Check] = {
+        aten._local_scalar_dense.default: _reads_back(
+            "reads a value back (.item(), float(t), int(t), bool(t), if t:)"
+        ),
+        aten.nonzero.default: _reads_back("output size depends on the data"),
+        aten.masked_select.default: _reads_back("output size depends on the data"),
+        aten._unique2.default: _reads_back("output size depends on the data"),
+        aten.bincount.default: _reads_back("output size depends on the data"),
+        aten.allclose.default: _reads_back("returns a Python bool"),
+        aten.equal.default: _reads_back("returns a Python bool"),
+        aten.index.Tensor: _bool_mask("indexing with a bool mask calls nonzero"),
+        aten.index_put_.default: _bool_mask("indexing with a bool mask calls nonzero"),
+        aten.index_put.default: _bool_mask("indexing with a bool mask calls nonzero"),
+        aten._to_copy.default: _to_copy,
+        aten.copy_.default: _copy_,
+        aten.repeat_interleave.Tensor: _repeat_interleave,
+    }
+    for name in ("_unique", "unique_dim", "unique_consecutive"):
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            checks[packet.default] = _reads_back("output size depends on the data")
+    return checks
+
+
+class SyncGuard:
+    """The per-op callback: raises ``HostSyncError`` at the first sync."""
+
+    def __init__(
+        self, count_cpu: bool, why: str, findings: TestFindings | None = None
+    ) -> None:
+        self.count_cpu = count_cpu
+        self.why = why
+        self.findings = findings
+        self.checks = sync_checks()
+
+    def __call__(
+        self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Raise ``HostSyncError`` if ``func`` on these arguments syncs."""
+        __tracebackhide__ = True
+        check = self.checks.get(func)
+        if check is None:
+            return
+        reason = check(args, kwargs, self.count_cpu)
+        if reason is None:
+            return
+        where = user_location(sys._getframe(1))
+        name = func._schema.name
+        if self.findings is not None:
+            self.findings.add("host-sync", name, where, detail=reason)
+        raise HostSyncError(
+            f"{name} makes the host wait for the device ({reason}) at {where}; "
+            f"forbidden by {self.why}"
+        )
+
+
+# Whether CPU tensors count as device tensors in the running test.
+_count_cpu_default = [False]
+
+
+@contextlib.contextmanager
+def forbid_host_sync(*, count_cpu: bool | None = None) -> Iterator[None]:
+    """Fail at the first op inside the block that makes the host wait for the device.
+
+    Raises ``HostSyncError`` (an ``AssertionError``) naming the op and the line.
+    ``count_cpu``: treat CPU tensors as device tensors, so that ``x.item()`` on
+    a CPU tensor fails as it would sync on MPS; default: True when the running
+    test's device is the CPU, else False.
+    """
+    __tracebackhide__ = True
+    cpu = _count_cpu_default[0] if count_cpu is None else count_cpu
+    with op_watch(SyncGuard(cpu, "forbid_host_sync()")):
+        yield
+
+
+def _test_device(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("device") is not None:
+        return str(callspec.params["device"])
+    devices = item.config.stash.get(devices_key, None) or ["cpu"]
+    return devices[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "no_host_sync: fail at the first op that makes the host wait for the device "
+        "(.item(), copies to the host, nonzero, bool masks, ...), naming the op and "
+        "line. On CPU, CPU tensors count as device tensors.",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _count_cpu_default[0] = _test_device(item) == "cpu"
+
+
+def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:
+    if item.get_closest_marker("no_host_sync") is None:
+        return None
+    count_cpu = _test_device(item) == "cpu"
+    return SyncGuard(count_cpu, "@pytest.mark.no_host_sync", findings_for(item))

@@ -1,0 +1,147 @@
+"""Host-sync detection on real CPU tensors (and meta tensors as the "device")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_mps import HostSyncError, forbid_host_sync
+
+cpu = torch.arange(6.0)
+meta = torch.empty(6, device="meta")
+
+SYNCING = {
+    "item": lambda t: t.sum().item(),
+    "float": lambda t: float(t.sum()),
+    "bool": lambda t: bool(t.sum() > 0),
+    "if": lambda t: 1 if t.sum() > 0 else 0,
+    "where_one_arg": lambda t: torch.where(t > 2),
+    "nonzero": lambda t: t.nonzero(),
+    "bool_mask_index": lambda t: t[t > 2],
+    "bool_mask_assign": lambda t: t.clone().__setitem__(t > 2, 0.0),
+    "masked_select": lambda t: t.masked_select(t > 2),
+    "unique": lambda t: t.unique(),
+    "repeat_interleave": lambda t: t.repeat_interleave(
+        torch.ones(6, dtype=torch.long, device=t.device)
+    ),
+    "bincount": lambda t: t.long().bincount(),
+    "allclose": lambda t: torch.allclose(t, t),
+    "equal": lambda t: torch.equal(t, t),
+}
+NOT_SYNCING = {
+    "sum": lambda t: t.sum(),
+    "sort": lambda t: t.sort(),
+    "cumsum": lambda t: t.cumsum(0),
+    "long_index": lambda t: t[torch.tensor([0, 2], device=t.device)],
+    "repeat_interleave_with_size": lambda t: t.repeat_interleave(
+        torch.ones(6, dtype=torch.long, device=t.device), output_size=6
+    ),
+    "index_put_long": lambda t: t.clone().index_put_(
+        (torch.tensor([1], device=t.device),), torch.zeros(1, device=t.device)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYNCING))
+def test_ops_that_would_sync_on_a_gpu_fail_on_cpu_tensors_of_a_cpu_test(
+    name: str,
+) -> None:
+    with pytest.raises(HostSyncError, match="makes the host wait"):
+        with forbid_host_sync(count_cpu=True):
+            SYNCING[name](cpu)
+
+
+@pytest.mark.parametrize("name", sorted(SYNCING))
+def test_cpu_tensors_do_not_count_when_the_test_runs_on_an_accelerator(
+    name: str,
+) -> None:
+    with forbid_host_sync(count_cpu=False):
+        SYNCING[name](cpu)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_SYNCING))
+def test_ops_that_stay_on_the_device_pass(name: str) -> None:
+    with forbid_host_sync(count_cpu=True):
+        NOT_SYNCING[name](cpu)
+
+
+def test_copies_between_host_and_device_sync_unless_non_blocking() -> None:
+    with forbid_host_sync(count_cpu=False):
+        cpu.to("meta", non_blocking=True)
+        with pytest.raises(HostSyncError, match="aten::_to_copy .*blocking copy"):
+            meta.cpu()
+        with pytest.raises(HostSyncError, match="aten::_to_copy"):
+            cpu.to("meta")
+        with pytest.raises(HostSyncError, match="aten::copy_"):
+            torch.empty(6).copy_(meta)
+
+
+def test_item_on_a_device_tensor_fails_before_reaching_the_device() -> None:
+    # meta tensors cannot be read back at all: the guard names the op first
+    with forbid_host_sync(count_cpu=False):
+        with pytest.raises(HostSyncError, match="aten::_local_scalar_dense"):
+            meta.sum().item()
+
+
+def test_inference_mode_item_is_decomposed_and_caught() -> None:
+    with torch.inference_mode(), forbid_host_sync(count_cpu=True):
+        with pytest.raises(HostSyncError, match="_local_scalar_dense"):
+            cpu.sum().item()
+
+
+def test_marker_fails_the_test_naming_the_op_and_the_line(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.no_host_sync
+        def test_loss_logging():
+            loss = torch.ones(3).sum()
+            print(f"loss {loss.item():.3f}")
+
+        @pytest.mark.no_host_sync
+        def test_stays_on_device():
+            loss = torch.ones(3).sum()
+            loss.mul_(2)
+
+        def test_unmarked_may_sync():
+            assert torch.ones(3).sum().item() == 3.0
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E *HostSyncError: aten::_local_scalar_dense makes the host wait for "
+            "the device (reads a value back*) at *test_marker_fails*.py:7; "
+            "forbidden by @pytest.mark.no_host_sync",
+            "ops that made the host wait for the device:",
+            "  aten::_local_scalar_dense: 1 call(s) in 1 test(s)",
+        ]
+    )
+
+
+def test_context_manager_in_a_user_test_follows_the_test_device(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+        from pytest_mps import forbid_host_sync, HostSyncError
+
+        def test_cpu_session_counts_cpu_tensors():
+            with pytest.raises(HostSyncError, match="aten::nonzero"):
+                with forbid_host_sync():
+                    torch.where(torch.ones(2) > 0)
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_marker_is_listed(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.no_host_sync:*"])

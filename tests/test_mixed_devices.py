@@ -1,0 +1,87 @@
+"""The mixed-device guard, with CPU tensors next to meta tensors."""
+
+from __future__ import annotations
+
+import pytest
+
+USER_TESTS = """
+import pytest
+import torch
+
+def test_scalar_cpu_tensor_times_device_tensor():
+    x = torch.ones(4, device="meta")
+    scale = torch.tensor(2.0)
+    (x * scale).sum()
+
+def test_one_device():
+    x = torch.ones(4, device="meta")
+    (x * 2.0).sum()
+    torch.ones(4).to("meta")  # copies move data on purpose: not flagged
+"""
+
+
+def test_option_error_fails_the_test_naming_the_op_the_line_and_the_devices(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest("--mps-mixed-devices=error")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 op(s) mixed tensors of several devices*pytorch#142048*",
+            "  aten::mul once, first at test_user.py:7: meta (4,), cpu 0-dim",
+            "ops mixing devices:",
+            "  aten::mul: 1 call(s) in 1 test(s)",
+        ]
+    )
+
+
+def test_warn_reports_without_failing(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_mixed_devices = warn\n")
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "ops mixing devices:",
+            "    test_user.py::test_scalar_cpu_tensor_times_device_tensor x1 "
+            "(first at test_user.py:7)",
+        ]
+    )
+
+
+def test_off_by_default_on_cpu_sessions(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    result.stdout.no_fnmatch_line("*mixing devices*")
+
+
+def test_marker_turns_the_guard_on_for_one_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.no_mixed_devices
+        def test_guarded():
+            torch.cat([torch.ones(2, device="meta"), torch.ones(2, device="meta")])
+            torch.ones(2, device="meta").add(torch.tensor(1.0))
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["  aten::add once, first at *:7: meta (2,), cpu 0-dim"]
+    )
+
+
+def test_bad_value_names_the_flag(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--mps-mixed-devices=maybe")
+    result.stderr.fnmatch_lines(["*--mps-mixed-devices: 'maybe' is not one of*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_marker_is_listed(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.no_mixed_devices:*"])
