@@ -109,3 +109,13 @@ def device_name(device: torch.device) -> str:
     if device.type == "mps":
         return backend.chip_name() or "Apple GPU"
     return platform.processor() or platform.machine()
+
+
+def reset_peak_memory(device: torch.device) -> bool:
+    """Restart the allocator's peak counter; False where there is none (CPU, MPS)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    return False

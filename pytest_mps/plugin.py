@@ -13,4 +13,5 @@ pytest_plugins = [
     "pytest_mps.fallback",
     "pytest_mps.host_sync",
     "pytest_mps.mixed_devices",
+    "pytest_mps.memory",
 ]

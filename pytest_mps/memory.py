@@ -1,0 +1,258 @@
+"""``@pytest.mark.mps_memory(max_mb=..., leak_mb=...)`` and the ``mps_memory`` fixture.
+
+Reports what a test's body allocated on its device at its peak and what it
+left allocated, and fails the test over budget. CUDA: the caching allocator's
+``memory_allocated`` and ``max_memory_allocated``. MPS: ``torch.mps`` has no
+peak counter, so the peak is sampled with ``current_allocated_memory`` before
+each aten op (the test's watch mode); ``driver_allocated_memory`` and
+``recommended_max_memory`` are reported alongside. CPU: not measured, and said
+so, rather than printing zeros (nanochat#838).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from collections.abc import Generator, Mapping
+from typing import Any
+
+import pytest
+
+from pytest_mps import accelerator
+from pytest_mps.devices import devices_key
+from pytest_mps.watch import OpCallback
+
+MIB = 1024 * 1024
+PROPERTY = "pytest_mps.memory"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryMark:
+    """The parsed ``mps_memory`` marker."""
+
+    max_mb: float | None = None
+    leak_mb: float | None = None
+
+
+@dataclasses.dataclass
+class MemoryUsage:
+    """What the test body allocated on ``device`` (bytes; None when unmeasured)."""
+
+    device: str
+    measured: bool
+    start: int = 0
+    peak: int | None = None
+    end: int | None = None
+    extra: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def peak_mb(self) -> float | None:
+        """Peak allocation above the start, in MiB."""
+        return None if self.peak is None else (self.peak - self.start) / MIB
+
+    @property
+    def left_mb(self) -> float | None:
+        """Allocated at the end minus at the start, in MiB."""
+        return None if self.end is None else (self.end - self.start) / MIB
+
+    def summary(self) -> str:
+        """``cuda:0: peak +1.0 MiB, left allocated +0.0 MiB``."""
+        if not self.measured:
+            return (
+                f"{self.device}: memory not measured (PyTorch keeps no allocator "
+                "statistics for the CPU)"
+            )
+        peak = "n/a" if self.peak_mb is None else f"+{self.peak_mb:.1f} MiB"
+        left = "n/a" if self.left_mb is None else f"{self.left_mb:+.1f} MiB"
+        text = f"{self.device}: peak {peak}, left allocated {left}"
+        for name, value in self.extra.items():
+            text += f", {name} {value / MIB:.1f} MiB"
+        return text
+
+
+mark_key = pytest.StashKey[MemoryMark | None]()
+usage_key = pytest.StashKey[MemoryUsage]()
+
+
+def _number(mark: pytest.Mark, name: str, nodeid: str) -> float | None:
+    value = mark.kwargs.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(
+            f"@pytest.mark.mps_memory on {nodeid}: {name}={value!r} is not a "
+            "number of MiB >= 0"
+        )
+    return float(value)
+
+
+def memory_mark(item: pytest.Item) -> MemoryMark | None:
+    """The test's parsed ``mps_memory`` marker (cached), or None."""
+    if mark_key in item.stash:
+        return item.stash[mark_key]
+    mark = item.get_closest_marker("mps_memory")
+    parsed = None
+    if mark is not None:
+        extra = set(mark.kwargs) - {"max_mb", "leak_mb"}
+        if mark.args or extra:
+            raise ValueError(
+                f"@pytest.mark.mps_memory on {item.nodeid}: takes only max_mb= and "
+                f"leak_mb=, got {', '.join(map(repr, mark.args)) or ''}"
+                f"{', '.join(sorted(extra))}"
+            )
+        parsed = MemoryMark(
+            _number(mark, "max_mb", item.nodeid), _number(mark, "leak_mb", item.nodeid)
+        )
+    item.stash[mark_key] = parsed
+    return parsed
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mps_memory(max_mb=None, leak_mb=None): report the test's peak device "
+        "memory and what it left allocated; fail above max_mb peak or leak_mb left.",
+    )
+
+
+def _wanted(item: pytest.Item) -> bool:
+    try:
+        return memory_mark(item) is not None or "mps_memory" in getattr(
+            item, "fixturenames", ()
+        )
+    except ValueError:
+        return True
+
+
+def _device(item: pytest.Item) -> Any:
+    import torch
+
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("device") is not None:
+        return torch.device(str(callspec.params["device"]))
+    devices = item.config.stash.get(devices_key, None) or ["cpu"]
+    return torch.device(devices[0])
+
+
+def _allocated(device: Any) -> int:
+    stats = accelerator.memory_stats(device) or {}
+    return int(stats.get("allocated", 0))
+
+
+class _MpsPeak:
+    """Samples MPS allocated memory before each op: MPS has no peak counter."""
+
+    def __init__(self, usage: MemoryUsage, device: Any) -> None:
+        self.usage = usage
+        self.device = device
+
+    def __call__(self, func: Any, args: Any, kwargs: Mapping[str, Any]) -> None:
+        """Raise the recorded peak to the allocation now."""
+        now = _allocated(self.device)
+        if self.usage.peak is None or now > self.usage.peak:
+            self.usage.peak = now
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # before fixtures are set up, so the mps_memory fixture finds the usage
+    if not _wanted(item):
+        return
+    try:
+        memory_mark(item)
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    device = _device(item)
+    measured = accelerator.memory_stats(device) is not None
+    item.stash[usage_key] = MemoryUsage(str(device), measured)
+
+
+def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:
+    usage = item.stash.get(usage_key, None)
+    if usage is None or not usage.measured or not usage.device.startswith("mps"):
+        return None
+    return _MpsPeak(usage, _device(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    usage = item.stash.get(usage_key, None)
+    if usage is None or not usage.measured:
+        return (yield)
+    device = _device(item)
+    gc.collect()
+    accelerator.synchronize(device)
+    usage.start = _allocated(device)
+    has_peak = accelerator.reset_peak_memory(device)
+    if not has_peak:
+        usage.peak = usage.start
+    try:
+        result = yield
+    finally:
+        gc.collect()
+        accelerator.synchronize(device)
+        stats = accelerator.memory_stats(device) or {}
+        usage.end = int(stats.get("allocated", 0))
+        if has_peak:
+            usage.peak = int(stats.get("peak_allocated", usage.end))
+        else:
+            usage.peak = max(usage.peak or 0, usage.end)
+        usage.extra = {
+            k: v for k, v in stats.items() if k in ("driver_allocated", "reserved")
+        }
+    _check_budget(item, usage)
+    return result
+
+
+def _check_budget(item: pytest.Item, usage: MemoryUsage) -> None:
+    mark = memory_mark(item)
+    if mark is None:
+        return
+    over = []
+    if mark.max_mb is not None and (usage.peak_mb or 0.0) > mark.max_mb:
+        over.append(f"peak {usage.peak_mb:.1f} MiB > max_mb={mark.max_mb:g}")
+    if mark.leak_mb is not None and (usage.left_mb or 0.0) > mark.leak_mb:
+        over.append(
+            f"left allocated {usage.left_mb:.1f} MiB > leak_mb={mark.leak_mb:g}"
+        )
+    if over:
+        pytest.fail(
+            f"over the memory budget on {usage.device}: {'; '.join(over)}",
+            pytrace=False,
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    usage = item.stash.get(usage_key, None)
+    if usage is None or call.when != "call":
+        return report
+    report.sections.append(("pytest-mps memory", usage.summary()))
+    report.user_properties.append(
+        (
+            PROPERTY,
+            {
+                "device": usage.device,
+                "measured": usage.measured,
+                "peak_mb": usage.peak_mb,
+                "left_mb": usage.left_mb,
+            },
+        )
+    )
+    return report
+
+
+@pytest.fixture
+def mps_memory(request: pytest.FixtureRequest) -> MemoryUsage:
+    """The test body's device memory, filled in when the test's call ends.
+
+    Requesting it measures the test as ``@pytest.mark.mps_memory()`` does,
+    without a budget; on CPU ``measured`` is False.
+    """
+    usage: MemoryUsage | None = request.node.stash.get(usage_key, None)
+    if usage is None:
+        usage = MemoryUsage("cpu", False)
+    return usage
