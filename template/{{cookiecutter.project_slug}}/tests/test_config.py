@@ -32,8 +32,11 @@ def test_dashes_in_keys_work_like_underscores():
 
 
 def test_an_unknown_key_is_refused_with_the_closest_names():
-    with pytest.raises(ConfigError, match=r"--max_iter: unknown setting 'max_iter'.*"
-                       r"did you mean 'max_iters'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--max_iter: unknown setting 'max_iter'.*"
+        r"did you mean 'max_iters'",
+    ):
         parse_args(["--max_iter=5"])
 
 
@@ -52,7 +55,9 @@ def test_an_out_of_range_value_says_where_it_came_from():
 
 
 def test_an_unknown_preset_lists_the_presets():
-    with pytest.raises(ConfigError, match="unknown preset 'shakespeare'.*shakespeare_char"):
+    with pytest.raises(
+        ConfigError, match="unknown preset 'shakespeare'.*shakespeare_char"
+    ):
         parse_args(["--preset=shakespeare"])
 
 

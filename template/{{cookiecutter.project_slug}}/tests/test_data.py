@@ -63,7 +63,9 @@ def test_a_missing_input_file_is_named(tmp_path):
 
 def test_an_unprepared_dataset_says_how_to_prepare_it(tmp_path):
     cfg = replace(Config.for_preset("tiny"), data_dir=str(tmp_path), dataset="poems")
-    with pytest.raises(DatasetError, match=r"'poems' is not prepared.*prepare --dataset=poems"):
+    with pytest.raises(
+        DatasetError, match=r"'poems' is not prepared.*prepare --dataset=poems"
+    ):
         load_dataset(cfg)
 
 
@@ -77,7 +79,9 @@ def test_a_truncated_token_file_is_detected(tmp_path):
     dataset = prepare(cfg, log=quiet)
     with open(dataset.folder / "val.bin", "r+b") as f:
         f.truncate(10)
-    with pytest.raises(DatasetError, match=r"val.bin should hold \d+ tokens but has 10"):
+    with pytest.raises(
+        DatasetError, match=r"val.bin should hold \d+ tokens but has 10"
+    ):
         load_dataset(cfg)
 
 

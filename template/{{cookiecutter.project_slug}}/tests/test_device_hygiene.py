@@ -21,11 +21,16 @@ def trainer(small_config) -> Trainer:
 
 
 def test_a_training_step_keeps_every_op_on_the_device(trainer):
-    pytest.importorskip("pytest_mps.fallback", reason="pytest-mps has no fallback watch")
+    pytest.importorskip(
+        "pytest_mps.fallback", reason="pytest-mps has no fallback watch"
+    )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     loss = train_step(trainer)
     assert torch.isfinite(loss).item()
-    assert all(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert all(
+        not torch.equal(a, b)
+        for a, b in zip(before, trainer.model.parameters(), strict=True)
+    )
 
 
 @pytest.mark.needs_plugin_marker("no_host_sync")

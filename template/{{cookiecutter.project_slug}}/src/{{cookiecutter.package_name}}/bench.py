@@ -11,7 +11,13 @@ from typing import TextIO
 import torch
 
 from .config import Config
-from .device import cuda_fast_matmul, device_name, make_runtime, peak_memory, synchronize
+from .device import (
+    cuda_fast_matmul,
+    device_name,
+    make_runtime,
+    peak_memory,
+    synchronize,
+)
 from .tokenizers import GPT2_VOCAB_SIZE
 from .train import create, train_step
 

@@ -55,10 +55,14 @@ def load(path: Path) -> dict[str, Any]:
             " delete it, or train from scratch with --init_from=scratch"
         ) from exc
     if not isinstance(state, dict):
-        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint")
+        raise CheckpointError(
+            f"{path} holds a {type(state).__name__}, not a checkpoint"
+        )
     missing = [key for key in REQUIRED if key not in state]
     if missing:
-        raise CheckpointError(f"{path} is not a checkpoint of this project (no {missing})")
+        raise CheckpointError(
+            f"{path} is not a checkpoint of this project (no {missing})"
+        )
     if state["format"] != FORMAT:
         raise CheckpointError(
             f"{path} has format {state['format']}; this version reads format {FORMAT}"

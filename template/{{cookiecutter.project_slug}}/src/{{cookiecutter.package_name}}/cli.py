@@ -81,4 +81,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{PROG} {command}: interrupted", file=sys.stderr)
         return 130
     return 0
-

@@ -92,7 +92,9 @@ def prepare(cfg: Config, log: Any = print) -> Dataset:
     folder = Path(cfg.data_dir) / cfg.dataset
     folder.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        _write_atomic(folder / f"{split}.bin", np.array(ids[split], np.uint16).tobytes())
+        _write_atomic(
+            folder / f"{split}.bin", np.array(ids[split], np.uint16).tobytes()
+        )
     meta = {
         "source": source,
         "tokenizer": tokenizer.to_meta(),
@@ -125,7 +127,9 @@ def load_dataset(cfg: Config) -> Dataset:
         expected = {split: int(meta["tokens"][split]) for split in SPLITS}
         meta["tokenizer"]["vocab_size"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise DatasetError(f"{meta_path} is unreadable ({exc!r}); prepare again")
+        raise DatasetError(
+            f"{meta_path} is unreadable ({exc!r}); prepare again"
+        ) from None
     arrays = {}
     for split in SPLITS:
         path = folder / f"{split}.bin"

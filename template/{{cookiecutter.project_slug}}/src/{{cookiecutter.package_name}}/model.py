@@ -111,7 +111,8 @@ class GPT(nn.Module):
         T = idx.shape[1]
         if T > self.cfg.block_size:
             raise ValueError(
-                f"sequence of {T} tokens is longer than block_size={self.cfg.block_size}"
+                f"sequence of {T} tokens is longer than"
+                f" block_size={self.cfg.block_size}"
             )
         x = self.drop(self.wte(idx) + self.wpe(self.pos[:T]))
         for block in self.blocks:
@@ -131,7 +132,7 @@ class GPT(nn.Module):
         return n - self.wpe.weight.numel() if non_embedding else n
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6N for the matmuls plus attention (PaLM, app. B)."""
+        """Training FLOPs per token: 6N for matmuls plus attention (PaLM, app. B)."""
         c = self.cfg
         return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
 
@@ -144,7 +145,10 @@ class GPT(nn.Module):
         """
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {
+                "params": [p for p in params if p.dim() >= 2],
+                "weight_decay": weight_decay,
+            },
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
         try:

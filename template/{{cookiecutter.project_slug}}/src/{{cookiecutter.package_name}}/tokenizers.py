@@ -22,7 +22,8 @@ GPT2_FILES = {
 }
 # tiktoken_ext/openai_public.py: r50k_pat_str, GPT-2's pre-tokenizer pattern.
 GPT2_PATTERN = (
-    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++"""
+    r"""|\s++$|\s+(?!\S)|\s"""
 )
 GPT2_VOCAB_SIZE = 50257
 END_OF_TEXT = "<|endoftext|>"

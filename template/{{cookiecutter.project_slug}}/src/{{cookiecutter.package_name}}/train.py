@@ -380,9 +380,10 @@ def plot_losses(t: Trainer, png: Path, csv_path: Path) -> str:
         )
     fig, ax = plt.subplots(figsize=(7, 4))
     if t.losses:
-        ax.plot(*zip(*t.losses), label="train (batch)", alpha=0.6)
+        its, losses = zip(*t.losses, strict=True)
+        ax.plot(its, losses, label="train (batch)", alpha=0.6)
     if t.evals:
-        its, train_losses, val_losses = zip(*t.evals)
+        its, train_losses, val_losses = zip(*t.evals, strict=True)
         ax.plot(its, train_losses, "o-", label="train (eval)")
         ax.plot(its, val_losses, "o-", label="val (eval)")
     ax.set_xlabel("iteration")
