@@ -144,23 +144,45 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 # -- watching one test ----------------------------------------------------------
 
 
-def allowed_ops(item: pytest.Item) -> frozenset[str]:
-    """Op names that ``@pytest.mark.mps_allow_fallback(...)`` allows for ``item``."""
+def allowed_ops(item: pytest.Item) -> frozenset[str] | None:
+    """Ops ``mps_allow_fallback`` (marker or ini list) allows; None: every op.
+
+    The marker and ini list belong to :mod:`pytest_mps.fallback`; its parsing
+    is reused so both features read them alike.
+    """
+    from pytest_mps import fallback
+
+    state = item.config.stash.get(fallback.state_key, None)
+    if state is not None:
+        return fallback._allowed(item, state)
     names: set[str] = set()
     for mark in item.iter_markers("mps_allow_fallback"):
-        for arg in mark.args:
-            text = str(arg)
-            names.add(text if "::" in text else f"aten::{text}")
+        if not mark.args:
+            return None
+        names.update(fallback._op_name(str(arg)) for arg in mark.args)
     return frozenset(names)
+
+
+def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
+    from pytest_mps import fallback
+
+    return fallback._is_allowed(op, allowed)
 
 
 class Recorder:
     """The per-test op callback: counts findings and where they first happened."""
 
-    def __init__(self, table: mps_ops.OpTable, keep_ops: bool) -> None:
+    def __init__(
+        self,
+        table: mps_ops.OpTable,
+        keep_ops: bool,
+        count_cpu: bool = True,
+        mixed: bool = False,
+    ) -> None:
         import torch
 
         self.table = table
+        self.syncs, self.devices = _watchers(count_cpu, mixed)
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
         self.bad = {
@@ -208,6 +230,14 @@ class Recorder:
             self.ops.add(op)
         if prediction.outcome in mps_ops.PROBLEMS or prediction.outcome == "unknown":
             self._note("op", op, prediction.outcome, prediction.rule, op)
+        if self.syncs is not None:
+            check = self.syncs[0].get(func)
+            if check is not None:
+                reason = check(args, kwargs, self.syncs[1])
+                if reason is not None:
+                    self._note("host-sync", op, "host sync", reason, op)
+        if self.devices is not None:
+            self.devices(func, args, kwargs)
         tensor, dtype = self.tensor, self.dtype
         for value in (*args, *kwargs.values()):
             if isinstance(value, (tensor, dtype)):
@@ -217,13 +247,53 @@ class Recorder:
                     if isinstance(inner, tensor):
                         self._check_dtype(inner, op)
 
-    def results(self, allowed: frozenset[str]) -> list[dict[str, Any]]:
+    def results(self, allowed: frozenset[str] | None) -> list[dict[str, Any]]:
         """The findings, each marked allowed or not, problems first."""
         rows = []
         for row in self.findings.values():
-            allow = row["kind"] == "op" and row["name"] in allowed
+            allow = row["kind"] == "op" and _is_allowed(row["name"], allowed)
             rows.append({**row, "allowed": allow})
+        if self.devices is not None:
+            for found in self.devices.findings.entries.values():
+                rows.append(
+                    {
+                        "kind": "mixed-devices",
+                        "name": found.op,
+                        "outcome": "mixed devices",
+                        "why": found.detail,
+                        "op": found.op,
+                        "count": found.count,
+                        "first": found.location,
+                        "allowed": False,
+                    }
+                )
         return sorted(rows, key=lambda r: (not is_problem(r), r["kind"], r["name"]))
+
+
+def _watchers(count_cpu: bool, mixed: bool) -> tuple[Any, Any]:
+    """The host-sync checks and the mixed-device guard of the watching modules.
+
+    Host syncs: ``(checks, count_cpu)`` from :mod:`pytest_mps.host_sync`; mixed
+    devices: a ``DeviceGuard`` of :mod:`pytest_mps.mixed_devices` recording into
+    the audit's own findings. Either is None when its module is not installed.
+    """
+    syncs: Any = None
+    devices: Any = None
+    try:
+        from pytest_mps.host_sync import sync_checks
+
+        syncs = (sync_checks(), count_cpu)
+    except ImportError:
+        pass
+    if mixed:
+        try:
+            from pytest_mps.findings import TestFindings
+            from pytest_mps.mixed_devices import DeviceGuard
+
+            devices = DeviceGuard(TestFindings())
+        except ImportError:
+            pass
+    return syncs, devices
 
 
 def is_problem(row: Mapping[str, Any]) -> bool:
@@ -239,7 +309,19 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Any:
     table = config.stash.get(table_key, None)
     if table is None:
         return None
-    recorder = Recorder(table, keep_ops=config.stash[settings_key].check)
+    from pytest_mps.devices import devices_key
+
+    callspec = getattr(item, "callspec", None)
+    device = callspec.params.get("device") if callspec is not None else None
+    session = config.stash.get(devices_key, ["cpu"])
+    recorder = Recorder(
+        table,
+        keep_ops=config.stash[settings_key].check,
+        # on CPU nothing waits, but the same line would wait on MPS
+        count_cpu=str(device or session[0]) == "cpu",
+        # on a CPU-only session every tensor is on the CPU: nothing to mix
+        mixed=any(d != "cpu" for d in session),
+    )
     item.stash[_recorder_key] = recorder
     return recorder
 
@@ -343,7 +425,7 @@ def check_differences(
 
 
 def _label(row: Mapping[str, Any]) -> str:
-    label = "unsupported dtype" if row["kind"] == "dtype" else row["outcome"]
+    label = str(row["outcome"])
     return label + (" (allowed)" if row.get("allowed") else "")
 
 
@@ -382,8 +464,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         for outcome in sorted({r["outcome"] for r in rows if r["kind"] == "op"}):
             write(f"{outcome}: {mps_ops.MEANING[outcome]}")
         for row in rows:
-            if row["kind"] == "dtype":
-                write(f"{row['name']}: {row['why']}")
+            if row["kind"] != "op":
+                write(f"{row['name']} ({row['outcome']}): {row['why']}")
     data: dict[str, Any] = {
         "level": config.stash[settings_key].level,
         "torch": table.torch_version,
