@@ -16,17 +16,18 @@ the op raises ``NotImplementedError`` (``mps_error_fallback``, same file).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
 import sys
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
-from pytest_mps.findings import describe, findings_for
+from pytest_mps.findings import TestFindings, describe, findings_for
 from pytest_mps.watch import user_location
 
 FALLBACK_HELP = (
@@ -242,14 +243,18 @@ def _enable_warn_always(state: FallbackState) -> None:
     torch.set_warn_always(True)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    state = item.config.stash.get(state_key, None)
-    if state is None or state.mode == "off":
-        return (yield)
-    _enable_warn_always(state)
-    allowed = _allowed(item, state)
-    found = findings_for(item)
+@contextlib.contextmanager
+def capture_fallbacks(
+    found: TestFindings,
+    allowed: frozenset[str] | None = frozenset(),
+    seen_other: set[tuple[type[Warning], str]] | None = None,
+) -> Iterator[None]:
+    """Record PyTorch's MPS fallback warnings raised in the block into ``found``.
+
+    Needs ``torch.set_warn_always(True)`` to see more than the first one.
+    ``seen_other``: when given, torch's other C++ warnings are passed on once
+    per text (warn-always would repeat them).
+    """
     with warnings.catch_warnings():
         previous = warnings.showwarning
 
@@ -268,17 +273,28 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
                 ok = _is_allowed(kind[1], allowed)
                 found.add(kind[0], kind[1], where, allowed=ok, detail=kind[2])
                 return
-            if state.warn_always_before is False and "(Triggered internally at" in text:
-                # warn-always (which we turned on) repeats torch's other warn-once
-                # warnings: pass each on once per session, as torch would.
+            if seen_other is not None and "(Triggered internally at" in text:
                 key = (category, text)
-                if key in state.seen_other:
+                if key in seen_other:
                     return
-                state.seen_other.add(key)
+                seen_other.add(key)
             previous(message, category, filename, lineno, file, line)
 
         warnings.showwarning = showwarning
         warnings.filterwarnings("always", message=_FILTER)
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    state = item.config.stash.get(state_key, None)
+    if state is None or state.mode == "off":
+        return (yield)
+    _enable_warn_always(state)
+    # warn-always (which we turned on) repeats torch's other warn-once
+    # warnings: pass each on once per session, as torch would.
+    dedupe = state.seen_other if state.warn_always_before is False else None
+    with capture_fallbacks(findings_for(item), _allowed(item, state), dedupe):
         return (yield)
 
 

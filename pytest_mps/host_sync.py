@@ -139,16 +139,15 @@ class SyncGuard:
         self.why = why
         self.findings = findings
         self.checks = sync_checks()
+        # the watch mode calls this guard only for these ops
+        self.ops = frozenset(self.checks)
 
     def __call__(
         self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> None:
         """Raise ``HostSyncError`` if ``func`` on these arguments syncs."""
         __tracebackhide__ = True
-        check = self.checks.get(func)
-        if check is None:
-            return
-        reason = check(args, kwargs, self.count_cpu)
+        reason = self.checks[func](args, kwargs, self.count_cpu)
         if reason is None:
             return
         where = user_location(sys._getframe(1))

@@ -14,7 +14,9 @@ API for other modules and plugins
     ``"aten::nonzero"``), and the op's positional and keyword arguments
     (``kwargs`` may be an empty read-only mapping: do not mutate it).
     Raising fails the op at the user's line (``forbid_host_sync`` does this).
-    Callbacks must be cheap: they run for every op. Ops whose
+    Callbacks must be cheap: they run for every op, unless the callback has
+    an ``ops`` attribute (a collection of OpOverloads): then it runs only for
+    those, at the cost of one dict lookup per op shared by all such callbacks. Ops whose
     CompositeImplicitAutograd kernel the dispatcher hands over undecomposed
     (under ``torch.inference_mode()``: ``aten::linear``, ``aten::item``) are
     decomposed first, so callbacks see the ops that really run.
@@ -76,6 +78,23 @@ def _mode_class() -> type[Any]:
         def __init__(self, callbacks: list[OpCallback]) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.callbacks = callbacks
+            self.every: tuple[OpCallback, ...] = ()
+            self.by_op: dict[Any, tuple[OpCallback, ...]] = {}
+            self.rebuild()
+
+        def rebuild(self) -> None:
+            """Split callbacks into every-op ones and op-filtered ones (``.ops``)."""
+            every: list[OpCallback] = []
+            by_op: dict[Any, list[OpCallback]] = {}
+            for callback in self.callbacks:
+                ops = getattr(callback, "ops", None)
+                if ops is None:
+                    every.append(callback)
+                else:
+                    for op in ops:
+                        by_op.setdefault(op, []).append(callback)
+            self.every = tuple(every)
+            self.by_op = {op: tuple(cbs) for op, cbs in by_op.items()}
 
         def __torch_dispatch__(
             self,
@@ -85,8 +104,6 @@ def _mode_class() -> type[Any]:
             kwargs: Mapping[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            if kwargs is None:
-                kwargs = _NO_KWARGS
             is_composite = composite.get(func)
             if is_composite is None:
                 is_composite = composite[func] = bool(
@@ -98,12 +115,19 @@ def _mode_class() -> type[Any]:
                 # and not `aten::_local_scalar_dense`: decompose here, inside
                 # the mode, so its parts are watched too.
                 with self:
-                    out = func.decompose(*args, **kwargs)
+                    out = func.decompose(*args, **(kwargs or _NO_KWARGS))
                 if out is not NotImplemented:
                     return out
-            for callback in self.callbacks:
-                callback(func, args, kwargs)
-            return func(*args, **kwargs)
+            seen = kwargs or _NO_KWARGS
+            for callback in self.every:
+                callback(func, args, seen)
+            chosen = self.by_op.get(func)
+            if chosen is not None:
+                for callback in chosen:
+                    callback(func, args, seen)
+            if kwargs:
+                return func(*args, **kwargs)
+            return func(*args)
 
         def __enter__(self) -> Any:
             _active.append(self)
@@ -136,10 +160,12 @@ def op_watch(callback: OpCallback) -> Iterator[None]:
     mode = active_mode()
     if mode is not None:
         mode.callbacks.append(callback)
+        mode.rebuild()
         try:
             yield
         finally:
             mode.callbacks.remove(callback)
+            mode.rebuild()
         return
     with watch_mode([callback]):
         yield

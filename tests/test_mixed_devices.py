@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+# Import torch._dynamo here, in the outer process: the watch mode's first op
+# imports it, and pytester's in-process runs drop modules first imported inside
+# them, so a second import would re-register torch's test op libraries and fail.
+import torch._dynamo  # noqa: E402, F401
+
 USER_TESTS = """
 import pytest
 import torch

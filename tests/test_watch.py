@@ -6,6 +6,11 @@ import json
 
 import pytest
 
+# Import torch._dynamo here, in the outer process: the watch mode's first op
+# imports it, and pytester's in-process runs drop modules first imported inside
+# them, so a second import would re-register torch's test op libraries and fail.
+import torch._dynamo  # noqa: E402, F401
+
 CONFTEST_WATCHER = """
 import pytest
 import torch
