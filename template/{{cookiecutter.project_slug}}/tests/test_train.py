@@ -7,8 +7,10 @@ import torch
 from pytest_mps import assert_on_device, assert_same_device
 
 from {{ cookiecutter.package_name }} import checkpoint
+from {{ cookiecutter.package_name }}.bench import bench
 from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.config import replace
+from {{ cookiecutter.package_name }}.data import prepare
 from {{ cookiecutter.package_name }}.errors import CheckpointError
 from {{ cookiecutter.package_name }}.sample import sample
 from {{ cookiecutter.package_name }}.train import lr_at, setup, train, train_step
@@ -134,3 +136,35 @@ def test_the_learning_rate_warms_up_then_decays_to_min_lr(small_config):
     assert max(lrs) == pytest.approx(1e-3, rel=0.01)
     assert all(a >= b for a, b in zip(lrs[11:], lrs[12:], strict=False))
     assert lrs[100] == pytest.approx(1e-4)
+
+
+def test_a_gpt2_bpe_dataset_trains_and_samples_text(small_config, tmp_path):
+    text = "Shall I compare thee to a summer's day?\n" * 200
+    (tmp_path / "sonnet.txt").write_text(text, encoding="utf-8")
+    cfg = replace(
+        small_config,
+        data_dir=str(tmp_path / "data"),
+        dataset="sonnet",
+        input_file=str(tmp_path / "sonnet.txt"),
+        tokenizer="gpt2",
+        max_iters=2,
+    )
+    prepare(cfg, log=lambda _: None)
+    result, _ = run(cfg)
+    assert result.checkpoint is not None
+    state = checkpoint.load(result.checkpoint)
+    assert state["model_config"]["vocab_size"] == 50304  # padded for speed
+    texts = sample(replace(cfg, start="Shall", max_new_tokens=5, num_samples=1),
+                   stream=io.StringIO())  # fmt: skip
+    assert texts[0].startswith("Shall") and len(texts[0]) > len("Shall")
+
+
+def test_the_benchmark_times_training_steps_without_a_dataset(small_config):
+    stream = io.StringIO()
+    result = bench(replace(small_config, data_dir="nowhere", bench_iters=3), stream)
+    assert result.ms_per_iter > 0 and result.tokens_per_s > 0
+    assert torch.isfinite(torch.tensor(result.final_loss))
+    out = stream.getvalue()
+    assert "ms/iter over 3 steps" in out and "tokens/s" in out
+    if small_config.device == "cpu":
+        assert result.mfu is None and "MFU unknown" in out

@@ -175,6 +175,8 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 def _unknown(what: str, value: str, known: Sequence[str] | Mapping[str, Any]) -> str:
     close = difflib.get_close_matches(value, list(known), n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    if len(known) > 10:
+        return f"unknown {what} {value!r}{hint} (--help lists them all)"
     return f"unknown {what} {value!r}{hint} (known: {', '.join(known)})"
 
 

@@ -13,6 +13,7 @@ import functools
 import platform
 import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,13 +90,16 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def _autocast_works(device: torch.device, dtype: torch.dtype) -> bool:
+    # An unsupported dtype may only warn ("...Disabling autocast") and run float32:
+    # that counts as not working.
     try:
-        with torch.autocast(device.type, dtype=dtype):
-            a = torch.ones(8, 8, device=device)
-            (a @ a).sum().item()
-    except (RuntimeError, TypeError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with torch.autocast(device.type, dtype=dtype):
+                a = torch.ones(8, 8, device=device)
+                return (a @ a).dtype == dtype
+    except (RuntimeError, TypeError, UserWarning):
         return False
-    return True
 
 
 def pick_dtype(device: torch.device, name: str = "auto") -> torch.dtype:

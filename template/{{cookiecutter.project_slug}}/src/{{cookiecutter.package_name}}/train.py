@@ -31,7 +31,7 @@ from .device import (
     set_rng_state,
     to_device,
 )
-from .errors import CheckpointError
+from .errors import CheckpointError, DeviceError
 from .model import GPT, GPTConfig
 
 # GPT-2's 50257 tokens padded to a multiple of 64: faster matmuls (nanoGPT).
@@ -110,9 +110,16 @@ def create(
     optimizer = model.make_optimizer(
         cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2)
     )
-    scaler = (
-        torch.amp.GradScaler(runtime.device.type) if runtime.needs_grad_scaler else None
-    )
+    scaler = None
+    if runtime.needs_grad_scaler:
+        try:
+            scaler = torch.amp.GradScaler(runtime.device.type)
+        except (RuntimeError, ValueError) as exc:
+            raise DeviceError(
+                f"float16 training needs loss scaling, which PyTorch"
+                f" {torch.__version__} lacks on {runtime.device} ({exc});"
+                " use --dtype=bfloat16 or --dtype=float32"
+            ) from exc
     step_model: torch.nn.Module = model
     if runtime.compile:
         step_model = torch.compile(model)  # type: ignore[assignment]
