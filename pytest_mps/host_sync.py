@@ -10,8 +10,10 @@ The ops are those ``set_sync_debug_mode("warn")`` reports on an H100 (torch
 ``_to_copy``/``copy_`` between host and device unless ``non_blocking``,
 ``nonzero`` (``torch.where(m)``), ``index.Tensor``/``index_put_`` with a bool
 mask, ``masked_select``, ``_unique2``, ``repeat_interleave`` without
-``output_size``, ``bincount``, ``allclose``/``equal``; not ``multinomial``,
-``randperm``, ``sort``, ``cumsum`` or non-blocking copies to the host.
+``output_size``, ``bincount``, ``allclose``/``equal``, and linalg error
+checks (``_linalg_check_errors``: ``linalg.inv``, ``cholesky``, ...); not
+``multinomial``, ``randperm``, ``sort``, ``cumsum`` or non-blocking copies to
+the host.
 
 On CPU nothing waits, but the same test run on MPS would: when the test runs
 on CPU, CPU tensors count as device tensors, so ``x.item()`` is flagged there
@@ -122,6 +124,10 @@ def sync_checks() -> dict[Any, Check]:
         aten.copy_.default: _copy_,
         aten.repeat_interleave.Tensor: _repeat_interleave,
     }
+    # linalg ops with error checking (inv, cholesky, solve) read `info` back
+    checks[aten._linalg_check_errors.default] = _reads_back(
+        "linalg error checking reads the info tensor back"
+    )
     for name in ("_unique", "unique_dim", "unique_consecutive"):
         packet = getattr(aten, name, None)
         if packet is not None:

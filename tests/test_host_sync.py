@@ -150,3 +150,33 @@ def test_context_manager_in_a_user_test_follows_the_test_device(
 def test_marker_is_listed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.no_host_sync:*"])
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("name", sorted(SYNCING))
+def test_on_cuda_syncing_ops_fail_on_device_tensors(name: str) -> None:
+    on_gpu = cpu.to("cuda")
+    with pytest.raises(HostSyncError, match="makes the host wait"):
+        with forbid_host_sync(count_cpu=False):
+            SYNCING[name](on_gpu)
+
+
+@cuda
+@pytest.mark.parametrize("name", sorted(NOT_SYNCING))
+def test_on_cuda_device_resident_ops_pass(name: str) -> None:
+    on_gpu = cpu.to("cuda")
+    with forbid_host_sync(count_cpu=False):
+        NOT_SYNCING[name](on_gpu)
+
+
+@cuda
+def test_on_cuda_copies_to_the_host_sync_unless_non_blocking() -> None:
+    on_gpu = cpu.to("cuda")
+    with forbid_host_sync(count_cpu=False):
+        on_gpu.to("cpu", non_blocking=True)
+        with pytest.raises(HostSyncError, match="aten::_to_copy"):
+            on_gpu.tolist()
+    torch.cuda.synchronize()

@@ -90,3 +90,25 @@ def test_bad_value_names_the_flag(pytester: pytest.Pytester) -> None:
 def test_marker_is_listed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.no_mixed_devices:*"])
+
+
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU"
+)
+def test_on_cuda_a_0dim_cpu_tensor_is_flagged_though_cuda_accepts_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_scale(device):
+            x = torch.ones(4, device=device)
+            assert (x * torch.tensor(2.0)).sum().item() == 8.0
+        """
+    )
+    result = pytester.runpytest("--device", "cuda", "--mps-mixed-devices=error")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["  aten::mul once, first at *: cuda:0 (4,), cpu 0-dim"]
+    )
