@@ -331,3 +331,25 @@ def test_recorder_flags_ops_mixing_cpu_and_meta_tensors_with_the_line() -> None:
 def _line_of(text: str) -> int:
     lines = Path(__file__).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_help_lists_both_options_in_the_mps_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps*",
+            "*--mps-audit=*LEVEL*predict what the suite would do on MPS*",
+            "*--mps-audit-check*on a Mac (torch built with MPS)*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["  mps_audit (string):*", "  mps_audit_check (bool):*"]
+    )
+
+
+def test_plugin_off_leaves_no_audit_behind(user_suite: pytest.Pytester) -> None:
+    result = user_suite.runpytest("-p", "no:mps", "-k", "svd")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*MPS audit*")
+    refused = user_suite.runpytest("-p", "no:mps", "--mps-audit")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
