@@ -401,29 +401,6 @@ def session_rows(per_test: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     )
 
 
-def check_differences(
-    table: mps_ops.OpTable, ops: set[str], backend: str = "MPS"
-) -> list[dict[str, str]]:
-    """Ops whose prediction differs from the dispatcher's registrations."""
-    skip = {mps_ops.ROUTED, mps_ops.UNKNOWN}
-    differences = []
-    for op in sorted(ops):
-        predicted = table.predict(op)
-        if predicted.outcome in skip or op.split("::")[0] != "aten":
-            continue
-        truth = mps_ops.dispatcher_outcome(op, backend)
-        if truth != predicted.outcome:
-            differences.append(
-                {
-                    "op": op,
-                    "predicted": predicted.outcome,
-                    "rule": predicted.rule,
-                    "dispatcher": truth,
-                }
-            )
-    return differences
-
-
 def _label(row: Mapping[str, Any]) -> str:
     label = str(row["outcome"])
     return label + (" (allowed)" if row.get("allowed") else "")
@@ -476,7 +453,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         "session": rows,
     }
     if config.stash[settings_key].check:
-        differences = check_differences(table, ops)
+        differences = mps_ops.compare_with_dispatcher(table, ops)
         write(f"--mps-audit-check: {len(ops)} ops compared, {len(differences)} differ")
         for diff in differences:
             write(

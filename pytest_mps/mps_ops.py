@@ -37,6 +37,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,9 @@ class OpTable:
     seconds: float
     source: str  # "parsed", "cache file", or "memory"
     version: tuple[int, int] = (0, 0)
+    #: The backend ``codes`` were classified for; corrections and routing are
+    #: facts about MPS and apply only to it.
+    backend: str = "MPS"
     _predictions: dict[str, Prediction] = dataclasses.field(default_factory=dict)
 
     def predict(self, op: str) -> Prediction:
@@ -324,11 +328,12 @@ class OpTable:
             if namespace in IGNORED_NAMESPACES:
                 return Prediction(full, COMPOSITE, "bookkeeping op, runs no kernel")
             return Prediction(full, UNKNOWN, "not in aten's native_functions.yaml")
-        for fix in CORRECTIONS:
+        mps = self.backend == "MPS"
+        for fix in CORRECTIONS if mps else ():
             if fix.op == name and fix.applies_to(self.version):
                 return Prediction(full, fix.outcome, f"correction: {fix.source}")
         outcome, rule = _outcome_of(self.codes[name])
-        if outcome == FALLBACK and name.startswith(ROUTED_PREFIXES):
+        if mps and outcome == FALLBACK and name.startswith(ROUTED_PREFIXES):
             return Prediction(full, ROUTED, "device-specific kernel; " + rule)
         return Prediction(full, outcome, rule)
 
@@ -424,3 +429,28 @@ def dispatcher_outcome(op: str, backend: str = "MPS") -> str:
     if any(shim.has_kernel(name, key) for key in _COMPOSITE_KEYS):
         return COMPOSITE
     return FALLBACK
+
+
+def compare_with_dispatcher(
+    table: OpTable, ops: Iterable[str], backend: str = "MPS"
+) -> list[dict[str, str]]:
+    """The ops whose prediction differs from the dispatcher's registrations.
+
+    Routed and unknown ops are not compared: they make no claim about MPS.
+    """
+    differences = []
+    for op in sorted(set(ops)):
+        predicted = table.predict(op)
+        if predicted.outcome in (ROUTED, UNKNOWN) or not op.startswith("aten::"):
+            continue
+        truth = dispatcher_outcome(op, backend)
+        if truth != predicted.outcome:
+            differences.append(
+                {
+                    "op": predicted.op,
+                    "predicted": predicted.outcome,
+                    "rule": predicted.rule,
+                    "dispatcher": truth,
+                }
+            )
+    return differences

@@ -150,20 +150,33 @@ def test_the_rules_agree_with_the_cpu_dispatcher_for_every_overload(
 ) -> None:
     # The same rules, run for the CPU key, must match the registrations the
     # dispatcher of this very torch holds; on a Mac --mps-audit-check does the
-    # same for MPS.
+    # same for MPS with the ops a suite ran.
     codes = mps_ops.classify(parsed, "CPU")
-    table = mps_ops.OpTable(codes, torch.__version__, "", 0.0, "parsed", (0, 0))
-    disagree = []
-    for name in codes:
-        expected = mps_ops._outcome_of(codes[name])[0]
-        if name.startswith(mps_ops.ROUTED_PREFIXES):
-            continue
-        truth = mps_ops.dispatcher_outcome(name, "CPU")
-        if truth != expected:
-            disagree.append((name, expected, truth))
+    table = mps_ops.OpTable(
+        codes, torch.__version__, "", 0.0, "parsed", (2, 13), backend="CPU"
+    )
     assert len(codes) > 3000
-    assert disagree == []
+    assert (
+        mps_ops.compare_with_dispatcher(table, (f"aten::{n}" for n in codes), "CPU")
+        == []
+    )
     assert table.predict("aten::_linalg_svd").outcome == mps_ops.MPS_KERNEL
+
+
+def test_the_check_names_each_op_where_prediction_and_dispatcher_differ(
+    table: mps_ops.OpTable,
+) -> None:
+    # The MPS prediction asked of the CPU dispatcher: _linalg_svd has a CPU
+    # kernel but no MPS one, so the comparison must report it, with the rule.
+    ops = ["aten::_linalg_svd", "aten::add.Tensor", "torchvision::nms"]
+    assert mps_ops.compare_with_dispatcher(table, ops, "CPU") == [
+        {
+            "op": "aten::_linalg_svd",
+            "predicted": "fallback",
+            "rule": "structured_delegate _linalg_svd.U has no MPS kernel",
+            "dispatcher": "mps",
+        }
+    ]
 
 
 def test_float64_gets_pytorchs_empty_mps_message() -> None:
