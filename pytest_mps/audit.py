@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Generator, Mapping
+from functools import lru_cache
 from typing import Any
 
 import pytest
@@ -169,6 +170,19 @@ def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
     return fallback._is_allowed(op, allowed)
 
 
+@lru_cache(maxsize=1)
+def _unsupported_dtypes() -> dict[Any, str]:
+    """Every torch dtype MPS cannot hold, with PyTorch's error for it."""
+    import torch
+
+    return {
+        dtype: message
+        for dtype in vars(torch).values()
+        if isinstance(dtype, torch.dtype)
+        and (message := mps_ops.dtype_problem(dtype)) is not None
+    }
+
+
 class Recorder:
     """The per-test op callback: counts findings and where they first happened."""
 
@@ -185,12 +199,7 @@ class Recorder:
         self.syncs, self.devices = _watchers(count_cpu, mixed)
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
-        self.bad = {
-            dt: msg
-            for dt in vars(torch).values()
-            if isinstance(dt, torch.dtype)
-            and (msg := mps_ops.dtype_problem(dt)) is not None
-        }
+        self.bad = _unsupported_dtypes()
         self.predictions: dict[Any, mps_ops.Prediction] = {}
         self.findings: dict[tuple[str, str], dict[str, Any]] = {}
         self.ops: set[str] | None = set() if keep_ops else None
@@ -451,6 +460,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         "table_seconds": table.seconds,
         "tests": per_test,
         "session": rows,
+        "corrections": [
+            {**dataclasses.asdict(fix), "applies": fix.applies_to(table.version)}
+            for fix in mps_ops.CORRECTIONS
+        ],
     }
     if config.stash[settings_key].check:
         differences = mps_ops.compare_with_dispatcher(table, ops)

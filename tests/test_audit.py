@@ -139,6 +139,9 @@ def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
     ]
     assert svd[0]["first"].endswith("test_user.py:7")
     assert svd[0]["why"] == "structured_delegate _linalg_svd.U has no MPS kernel"
+    svd_fix = [c for c in audit["corrections"] if c["op"] == "linalg_svd"]
+    assert svd_fix[0]["applies"] is True
+    assert svd_fix[0]["source"].startswith("MPSFallback.mm @035290b")
     dtype = audit["tests"]["test_user.py::test_float64"][0]
     assert (dtype["kind"], dtype["name"], dtype["op"]) == (
         "dtype",
