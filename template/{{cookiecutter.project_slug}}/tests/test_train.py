@@ -1,5 +1,6 @@
 import io
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from {{ cookiecutter.package_name }}.bench import bench
 from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.config import replace
 from {{ cookiecutter.package_name }}.data import prepare
+from {{ cookiecutter.package_name }}.device import peak_flops
 from {{ cookiecutter.package_name }}.errors import CheckpointError
 from {{ cookiecutter.package_name }}.sample import sample
 from {{ cookiecutter.package_name }}.train import lr_at, setup, train, train_step
@@ -31,6 +33,13 @@ def test_after_setup_model_batch_and_optimizer_share_the_device(small_config, de
     assert_on_device(t.model, device)
 
 
+def test_a_step_runs_under_the_devices_automatic_precision(small_config, device):
+    t = setup(replace(small_config, dtype="auto"), log=lambda _: None)
+    assert (t.runtime.dtype == torch.float32) == (device.type == "cpu")
+    losses = [train_step(t) for _ in range(2)]
+    assert all(torch.isfinite(loss).item() for loss in losses)
+
+
 def test_the_loss_falls_over_a_few_steps(small_config):
     cfg = replace(small_config, max_iters=40, eval_interval=40, eval_iters=8,
                   learning_rate=3e-3, warmup_iters=5)  # fmt: skip
@@ -41,11 +50,12 @@ def test_the_loss_falls_over_a_few_steps(small_config):
     assert "loss" in out and "ms/iter" in out
 
 
-def test_the_cpu_run_says_mfu_is_unknown_rather_than_guess(small_config):
-    if small_config.device != "cpu":
-        pytest.skip("the CPU has no peak-FLOPS entry; GPUs may")
-    _, out = run(small_config)
-    assert "MFU unknown for" in out
+def test_mfu_is_reported_from_the_table_or_said_to_be_unknown(small_config, device):
+    _, out = run(replace(small_config, log_interval=2))
+    if peak_flops(device, torch.float32) is None:  # the CPU, unlisted GPUs
+        assert "MFU unknown for" in out and "ms/iter, mfu" not in out
+    else:
+        assert re.search(r"ms/iter, mfu \d+\.\d%", out), out
 
 
 @pytest.mark.skip_device("mps", "cuda", reason=NOT_BITWISE)

@@ -50,9 +50,8 @@ class Runtime:
         return self.dtype == torch.float16
 
     def describe(self) -> str:
-        precision = (
-            "float32" if self.dtype == torch.float32 else f"autocast {self.dtype}"
-        )
+        name = str(self.dtype).removeprefix("torch.")
+        precision = name if self.dtype == torch.float32 else f"autocast {name}"
         return (
             f"{device_name(self.device)} ({self.device}), {precision},"
             f" compile {'on' if self.compile else 'off'}"
