@@ -110,9 +110,11 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[settings_key] = _settings(config)
     if settings.level == "off":
         return
-    if settings.check:
-        from pytest_mps import backend
+    from pytest_mps import backend
 
+    if not backend.torch_installed():
+        raise pytest.UsageError("--mps-audit: torch is not installed")
+    if settings.check:
         if not backend.mps_built():
             raise pytest.UsageError(
                 "--mps-audit-check needs a torch built with MPS (a Mac): it asks "
@@ -124,6 +126,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"--mps-audit reads torch's native_functions.yaml with torchgen, "
             f"which needs PyYAML (pip install pyyaml): {exc}"
+        ) from None
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--mps-audit cannot read torch's native_functions.yaml: {exc}"
         ) from None
 
 
