@@ -160,14 +160,7 @@ def allowed_ops(item: pytest.Item) -> frozenset[str] | None:
     from pytest_mps import fallback
 
     state = item.config.stash.get(fallback.state_key, None)
-    if state is not None:
-        return fallback._allowed(item, state)
-    names: set[str] = set()
-    for mark in item.iter_markers("mps_allow_fallback"):
-        if not mark.args:
-            return None
-        names.update(fallback._op_name(str(arg)) for arg in mark.args)
-    return frozenset(names)
+    return frozenset() if state is None else fallback._allowed(item, state)
 
 
 def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
@@ -201,8 +194,15 @@ class Recorder:
     ) -> None:
         import torch
 
+        from pytest_mps.findings import TestFindings
+        from pytest_mps.host_sync import sync_checks
+        from pytest_mps.mixed_devices import DeviceGuard
+
         self.table = table
-        self.syncs, self.devices = _watchers(count_cpu, mixed)
+        # the watching modules' own checks, so both features judge alike
+        self.syncs = sync_checks()
+        self.count_cpu = count_cpu
+        self.devices = DeviceGuard(TestFindings()) if mixed else None
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
         self.bad = _unsupported_dtypes()
@@ -243,14 +243,16 @@ class Recorder:
         op = prediction.op
         if self.ops is not None:
             self.ops.add(op)
-        if prediction.outcome in mps_ops.PROBLEMS or prediction.outcome == "unknown":
+        if (
+            prediction.outcome in mps_ops.PROBLEMS
+            or prediction.outcome == mps_ops.UNKNOWN
+        ):
             self._note("op", op, prediction.outcome, prediction.rule, op)
-        if self.syncs is not None:
-            check = self.syncs[0].get(func)
-            if check is not None:
-                reason = check(args, kwargs, self.syncs[1])
-                if reason is not None:
-                    self._note("host-sync", op, "host sync", reason, op)
+        check = self.syncs.get(func)
+        if check is not None:
+            reason = check(args, kwargs, self.count_cpu)
+            if reason is not None:
+                self._note("host-sync", op, "host sync", reason, op)
         if self.devices is not None:
             self.devices(func, args, kwargs)
         tensor, dtype = self.tensor, self.dtype
@@ -283,32 +285,6 @@ class Recorder:
                     }
                 )
         return sorted(rows, key=lambda r: (not is_problem(r), r["kind"], r["name"]))
-
-
-def _watchers(count_cpu: bool, mixed: bool) -> tuple[Any, Any]:
-    """The host-sync checks and the mixed-device guard of the watching modules.
-
-    Host syncs: ``(checks, count_cpu)`` from :mod:`pytest_mps.host_sync`; mixed
-    devices: a ``DeviceGuard`` of :mod:`pytest_mps.mixed_devices` recording into
-    the audit's own findings. Either is None when its module is not installed.
-    """
-    syncs: Any = None
-    devices: Any = None
-    try:
-        from pytest_mps.host_sync import sync_checks
-
-        syncs = (sync_checks(), count_cpu)
-    except ImportError:
-        pass
-    if mixed:
-        try:
-            from pytest_mps.findings import TestFindings
-            from pytest_mps.mixed_devices import DeviceGuard
-
-            devices = DeviceGuard(TestFindings())
-        except ImportError:
-            pass
-    return syncs, devices
 
 
 def is_problem(row: Mapping[str, Any]) -> bool:
