@@ -79,6 +79,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    pos: torch.Tensor  # positions 0..block_size-1, made once on the model's device
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg

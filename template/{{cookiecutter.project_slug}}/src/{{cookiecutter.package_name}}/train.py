@@ -176,7 +176,7 @@ def train_step(t: Trainer) -> torch.Tensor:
     Returns the mean loss as a device tensor; reading it is the caller's choice.
     """
     steps = t.cfg.gradient_accumulation_steps
-    total = torch.zeros((), device=t.runtime.device)
+    total: torch.Tensor | None = None
     for _ in range(steps):
         x, y = t.batches.next()
         with t.runtime.autocast:
@@ -186,7 +186,7 @@ def train_step(t: Trainer) -> torch.Tensor:
             t.scaler.scale(loss).backward()
         else:
             loss.backward()
-        total += loss.detach()
+        total = loss.detach() if total is None else total + loss.detach()
     if t.cfg.grad_clip > 0:
         if t.scaler is not None:
             t.scaler.unscale_(t.optimizer)
@@ -197,6 +197,7 @@ def train_step(t: Trainer) -> torch.Tensor:
     else:
         t.optimizer.step()
     t.optimizer.zero_grad(set_to_none=True)
+    assert total is not None  # gradient_accumulation_steps >= 1
     return total
 
 
