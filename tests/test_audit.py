@@ -13,6 +13,10 @@ import pytest
 # here, it stays loaded (as tests/conftest.py does for torch itself).
 import torch._dynamo  # noqa: F401
 
+# Likewise torchgen and yaml, which an in-process run parsing the op table
+# imports: imported again, yaml's loaders no longer match its constructors.
+import torchgen.gen  # noqa: F401
+
 # A small nanoGPT-shaped model: embeddings, causal self-attention through
 # scaled_dot_product_attention, GELU MLP, LayerNorm, tied head, cross-entropy.
 GPT_MODULE = """
@@ -356,3 +360,18 @@ def test_plugin_off_leaves_no_audit_behind(user_suite: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*MPS audit*")
     refused = user_suite.runpytest("-p", "no:mps", "--mps-audit")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_op_table_is_loaded_only_when_auditing(
+    user_suite: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_mps import mps_ops
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYTEST_MPS_CACHE_DIR", str(cache))
+    monkeypatch.setattr(mps_ops, "_memory", {})
+    user_suite.runpytest("-k", "svd").assert_outcomes(passed=1)
+    assert not cache.exists()
+    result = user_suite.runpytest("--mps-audit", "-k", "svd")
+    result.stdout.fnmatch_lines(["mps-audit: report; * from parsed in * ms"])
+    assert [p.name.startswith("mps-ops-") for p in cache.iterdir()] == [True]

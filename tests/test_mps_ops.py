@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 import torch
+from torchgen.gen import parse_native_yaml
 
 from pytest_mps import mps_ops
 
 
 @pytest.fixture(scope="module")
 def parsed() -> Any:
-    from torchgen.gen import parse_native_yaml
-
     yaml_path, tags_path = mps_ops.yaml_paths()
     return parse_native_yaml(str(yaml_path), str(tags_path))
 
