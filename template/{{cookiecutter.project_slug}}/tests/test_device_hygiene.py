@@ -1,8 +1,8 @@
 """Device hygiene of the training step, checked by pytest-mps's watchers.
 
-Run on a Mac with `pytest --mps --mps-fallback=error` to fail on any op that falls
-back to the CPU; `--mps-benchmark-only` runs just the benchmark. Each test is
-skipped, with the reason, where the installed pytest-mps lacks what it needs.
+Run on a Mac with `pytest --mps`: pyproject.toml sets `mps_fallback = "error"`, so
+any op that falls back to the CPU fails its test. Each test is skipped, with the
+reason, where the installed pytest-mps lacks what it needs.
 """
 
 import pytest
@@ -20,7 +20,10 @@ def trainer(small_config) -> Trainer:
     return t
 
 
+@pytest.mark.needs_plugin_marker("no_mixed_devices")
 def test_a_training_step_keeps_every_op_on_the_device(trainer):
+    # With mps_fallback = "error" (pyproject.toml) an op falling back to the CPU
+    # fails this test on MPS; no_mixed_devices fails it if an op mixes devices.
     pytest.importorskip(
         "pytest_mps.fallback", reason="pytest-mps has no fallback watch"
     )
