@@ -123,7 +123,8 @@ SNIPPETS: list[tuple[str, str, Callable[[dict[str, Any]], object]]] = [
     ),
     ("bincount", "counts.bincount()", lambda v: v["counts"].bincount()),
     ("allclose", "torch.allclose(x, x)", lambda v: torch.allclose(v["x"], v["x"])),
-    ("equal", "torch.equal(x, x)", lambda v: torch.equal(v["x"], v["x"])),
+    ("equal", "torch.equal(x, y)", lambda v: torch.equal(v["x"], v["y"])),
+    ("equal_same_tensor", "torch.equal(x, x)", lambda v: torch.equal(v["x"], v["x"])),
     ("multinomial", "torch.multinomial(p, 4)", lambda v: torch.multinomial(v["p"], 4)),
     (
         "randperm",
@@ -156,6 +157,10 @@ SNIPPETS: list[tuple[str, str, Callable[[dict[str, Any]], object]]] = [
 
 # Why ours and PyTorch's sync debug mode differ, where they do (filled from runs).
 EXPLAIN = {
+    "repr": (
+        "torch/_tensor_str.py formats under _disable_current_modes(), so no "
+        "dispatch mode sees its copy to the host"
+    ),
     "cuda_synchronize": (
         "not an aten op: no dispatch mode sees it; an explicit synchronize is "
         "the user's own choice"

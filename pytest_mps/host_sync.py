@@ -9,9 +9,10 @@ The ops are those ``set_sync_debug_mode("warn")`` reports on an H100 (torch
 2.11): ``_local_scalar_dense`` (``.item()``, ``float(t)``, ``bool(t)``),
 ``_to_copy``/``copy_`` between host and device unless ``non_blocking``,
 ``nonzero`` (``torch.where(m)``), ``index.Tensor``/``index_put_`` with a bool
-mask, ``masked_select``, ``_unique2``, ``repeat_interleave`` without
-``output_size``, ``bincount``, ``allclose``/``equal``, and linalg error
-checks (``_linalg_check_errors``: ``linalg.inv``, ``cholesky``, ...); not
+mask (not ``t[mask] = scalar``, which ATen turns into ``masked_fill_``),
+``masked_select``, ``_unique2``, ``repeat_interleave`` without ``output_size``,
+``bincount``, ``allclose``/``equal``, and linalg error checks
+(``_linalg_check_errors``: ``linalg.inv``, ``cholesky``, ...); not
 ``multinomial``, ``randperm``, ``sort``, ``cumsum`` or non-blocking copies to
 the host.
 
@@ -55,18 +56,46 @@ def _reads_back(what: str) -> Check:
     return check
 
 
+def _mask_check(args: tuple[Any, ...], cpu: bool, what: str) -> str | None:
+    if not _on_device(args[0], cpu):
+        return None
+    import torch
+
+    for index in args[1]:
+        if index is not None and index.dtype in (torch.bool, torch.uint8):
+            return what
+    return None
+
+
 def _bool_mask(what: str) -> Check:
     def check(
         args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
     ) -> str | None:
-        if not _on_device(args[0], cpu):
-            return None
-        import torch
+        return _mask_check(args, cpu, what)
 
-        for index in args[1]:
-            if index is not None and index.dtype in (torch.bool, torch.uint8):
-                return what
+    return check
+
+
+def _index_put(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+) -> str | None:
+    indices = [i for i in args[1] if i is not None]
+    value = args[2]
+    # ATen's _index_put_impl_ turns `t[mask] = scalar` into masked_fill_
+    # (canDispatchToMaskedFill in TensorAdvancedIndexing.cpp): no nonzero, no sync
+    if len(indices) == 1 and value.numel() == 1 and indices[0].dim() > 0:
         return None
+    return _mask_check(args, cpu, "indexing with a bool mask calls nonzero")
+
+
+def _same_tensor_or(what: str) -> Check:
+    reads_back = _reads_back(what)
+
+    def check(
+        args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+    ) -> str | None:
+        # torch.equal(t, t) returns early without reading anything back
+        return None if args[0] is args[1] else reads_back(args, kwargs, cpu)
 
     return check
 
@@ -116,10 +145,10 @@ def sync_checks() -> dict[Any, Check]:
         aten._unique2.default: _reads_back("output size depends on the data"),
         aten.bincount.default: _reads_back("output size depends on the data"),
         aten.allclose.default: _reads_back("returns a Python bool"),
-        aten.equal.default: _reads_back("returns a Python bool"),
+        aten.equal.default: _same_tensor_or("returns a Python bool"),
         aten.index.Tensor: _bool_mask("indexing with a bool mask calls nonzero"),
-        aten.index_put_.default: _bool_mask("indexing with a bool mask calls nonzero"),
-        aten.index_put.default: _bool_mask("indexing with a bool mask calls nonzero"),
+        aten.index_put_.default: _index_put,
+        aten.index_put.default: _index_put,
         aten._to_copy.default: _to_copy,
         aten.copy_.default: _copy_,
         aten.repeat_interleave.Tensor: _repeat_interleave,

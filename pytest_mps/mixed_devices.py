@@ -122,7 +122,7 @@ class DeviceGuard:
         import torch
 
         self.tensor = torch.Tensor
-        self.exempt = exempt_ops()
+        self.exempt = frozenset(id(op) for op in exempt_ops())
         self.findings = findings
 
     def __call__(
@@ -151,7 +151,7 @@ class DeviceGuard:
                         cpu = True
                     else:
                         other = True
-        if cpu and other and func not in self.exempt:
+        if cpu and other and id(func) not in self.exempt:
             where = user_location(sys._getframe(1))
             self.findings.add(
                 "mixed-devices",

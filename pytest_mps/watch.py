@@ -61,6 +61,24 @@ _NO_KWARGS: Mapping[str, Any] = types.MappingProxyType({})
 _active: list[Any] = []
 
 
+def _cheap_dynamo_skip() -> Callable[[types.CodeType], None] | None:
+    """Mark a code object (and what it calls) as skipped by Dynamo, at no per-call cost.
+
+    TorchDispatchMode wraps ``__torch_dispatch__`` in ``torch._dynamo.disable``,
+    which costs several Python calls per op; the C-level frame strategy does the
+    same job once. None where this torch lacks it (then the wrapper stays).
+    """
+    try:
+        from torch._C._dynamo import eval_frame
+
+        action = eval_frame._FrameAction.SKIP
+        strategy = eval_frame._FrameExecStrategy(action, action)
+        setter = eval_frame.set_code_exec_strategy
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return lambda code: setter(code, strategy)
+
+
 @lru_cache(maxsize=1)
 def _mode_class() -> type[Any]:
     """The ``TorchDispatchMode`` subclass, built on first use (torch is lazy)."""
@@ -68,31 +86,38 @@ def _mode_class() -> type[Any]:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-    # OpOverload -> True when it has a CompositeImplicitAutograd kernel to
-    # decompose into; filled once per op, so the per-op cost is one dict lookup.
-    composite: dict[Any, bool] = {}
+    op_overload = torch._ops.OpOverload
+    skip = _cheap_dynamo_skip()
+    # id(OpOverload) -> True when it has a CompositeImplicitAutograd kernel to
+    # decompose into; filled once per op. Keyed by id(): OpOverload.__hash__ is
+    # a Python method, and ops are long-lived singletons.
+    composite: dict[int, bool] = {}
 
     class WatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Runs each registered callback before every aten op."""
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return skip is None
 
         def __init__(self, callbacks: list[OpCallback]) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.callbacks = callbacks
             self.every: tuple[OpCallback, ...] = ()
-            self.by_op: dict[Any, tuple[OpCallback, ...]] = {}
+            self.by_op: dict[int, tuple[OpCallback, ...]] = {}
             self.rebuild()
 
         def rebuild(self) -> None:
             """Split callbacks into every-op ones and op-filtered ones (``.ops``)."""
             every: list[OpCallback] = []
-            by_op: dict[Any, list[OpCallback]] = {}
+            by_op: dict[int, list[OpCallback]] = {}
             for callback in self.callbacks:
                 ops = getattr(callback, "ops", None)
                 if ops is None:
                     every.append(callback)
                 else:
                     for op in ops:
-                        by_op.setdefault(op, []).append(callback)
+                        by_op.setdefault(id(op), []).append(callback)
             self.every = tuple(every)
             self.by_op = {op: tuple(cbs) for op, cbs in by_op.items()}
 
@@ -104,9 +129,10 @@ def _mode_class() -> type[Any]:
             kwargs: Mapping[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            is_composite = composite.get(func)
+            key = id(func)
+            is_composite = composite.get(key)
             if is_composite is None:
-                is_composite = composite[func] = bool(
+                is_composite = composite[key] = bool(
                     has_kernel(func.name(), "CompositeImplicitAutograd")
                 )
             if is_composite:
@@ -121,13 +147,15 @@ def _mode_class() -> type[Any]:
             seen = kwargs or _NO_KWARGS
             for callback in self.every:
                 callback(func, args, seen)
-            chosen = self.by_op.get(func)
+            chosen = self.by_op.get(key)
             if chosen is not None:
                 for callback in chosen:
                     callback(func, args, seen)
+            # OpOverload.__call__ is a Python frame around ._op: skip it
+            run = func._op if type(func) is op_overload else func
             if kwargs:
-                return func(*args, **kwargs)
-            return func(*args)
+                return run(*args, **kwargs)
+            return run(*args)
 
         def __enter__(self) -> Any:
             _active.append(self)
@@ -137,6 +165,8 @@ def _mode_class() -> type[Any]:
             super().__exit__(*exc)  # type: ignore[no-untyped-call]
             _active.remove(self)
 
+    if skip is not None:
+        skip(WatchMode.__torch_dispatch__.__code__)
     return WatchMode
 
 

@@ -23,7 +23,9 @@ SYNCING = {
     "where_one_arg": lambda t: torch.where(t > 2),
     "nonzero": lambda t: t.nonzero(),
     "bool_mask_index": lambda t: t[t > 2],
-    "bool_mask_assign": lambda t: t.clone().__setitem__(t > 2, 0.0),
+    "bool_mask_assign_tensor": lambda t: t.clone().index_put_(
+        (t > 2,), torch.zeros(3, device=t.device)
+    ),
     "masked_select": lambda t: t.masked_select(t > 2),
     "unique": lambda t: t.unique(),
     "repeat_interleave": lambda t: t.repeat_interleave(
@@ -31,7 +33,7 @@ SYNCING = {
     ),
     "bincount": lambda t: t.long().bincount(),
     "allclose": lambda t: torch.allclose(t, t),
-    "equal": lambda t: torch.equal(t, t),
+    "equal": lambda t: torch.equal(t, t.clone()),
 }
 NOT_SYNCING = {
     "sum": lambda t: t.sum(),
@@ -41,6 +43,9 @@ NOT_SYNCING = {
     "repeat_interleave_with_size": lambda t: t.repeat_interleave(
         torch.ones(6, dtype=torch.long, device=t.device), output_size=6
     ),
+    # ATen turns `t[mask] = scalar` into masked_fill_
+    "bool_mask_assign_scalar": lambda t: t.clone().__setitem__(t > 2, 0.0),
+    "equal_same_tensor": lambda t: torch.equal(t, t),
     "index_put_long": lambda t: t.clone().index_put_(
         (torch.tensor([1], device=t.device),), torch.zeros(1, device=t.device)
     ),
