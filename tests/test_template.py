@@ -227,7 +227,7 @@ def test_the_workflow_is_yaml_with_its_expressions_intact(project: Path) -> None
     text = (project / WORKFLOW).read_text()
     workflow = yaml.safe_load(text)
     linux = workflow["jobs"]["linux-cpu"]
-    assert linux["strategy"]["matrix"]["python-version"] == ["3.10", "3.12"]
+    assert linux["strategy"]["matrix"]["python-version"] == ["3.10", "3.13"]
     steps = {s.get("name", s.get("run", s.get("uses"))): s for s in linux["steps"]}
     assert steps["actions/setup-python@v5"]["with"]["python-version"] == (
         "${{ matrix.python-version }}"
@@ -236,6 +236,34 @@ def test_the_workflow_is_yaml_with_its_expressions_intact(project: Path) -> None
     mac = workflow["jobs"]["macos-mps"]
     assert mac["if"] == "${{ vars.HAS_MAC_RUNNER == 'true' }}"
     assert mac["steps"][-1]["run"].endswith("pytest --mps")
+
+
+def test_the_workflow_tests_the_lowest_python_once(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    baked = bake(tmp_path, python_version="3.13")
+    workflow = yaml.safe_load((baked / WORKFLOW).read_text())
+    assert workflow["jobs"]["linux-cpu"]["strategy"]["matrix"]["python-version"] == [
+        "3.13"
+    ]
+
+
+def test_the_corpus_tool_strips_gutenberg_boilerplate() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "build_corpus", TEMPLATE / "tools" / "build_corpus.py"
+    )
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    play = "HAMLET\r\n\r\nBer.\r\nWho's there?\r\n"
+    etext = (
+        "The Project Gutenberg EBook of Hamlet\r\nLicence terms...\r\n"
+        "*** START OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\r\n"
+        + play
+        + "*** END OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\r\nMore licence.\r\n"
+    )
+    assert tool.strip_gutenberg(etext) == "HAMLET\n\nBer.\nWho's there?\n"
+    with pytest.raises(ValueError, match="notice survived"):
+        tool.strip_gutenberg("A play.\nProduced by Project Gutenberg volunteers.\n")
 
 
 def test_the_baked_project_is_ruff_clean(project: Path) -> None:
