@@ -27,9 +27,10 @@ import os
 import pytest
 import torch
 
-# Import torch._dynamo here, in the outer process: the watch mode's first op
-# imports it, and pytester's in-process runs drop modules first imported inside
-# them, so a second import would re-register torch's test op libraries and fail.
+# Import torch._dynamo here, in the outer process: pytester's in-process runs
+# drop the modules first imported inside them, and a second import of it
+# re-registers torch's test op libraries and fails (the watch mode imports it on
+# torch versions without the C-level Dynamo skip, see pytest_mps/watch.py).
 import torch._dynamo  # noqa: E402, F401
 
 MESSAGES = """

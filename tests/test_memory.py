@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-# Import torch._dynamo here, in the outer process: the watch mode's first op
-# imports it, and pytester's in-process runs drop modules first imported inside
-# them, so a second import would re-register torch's test op libraries and fail.
+# Import torch._dynamo here, in the outer process: pytester's in-process runs
+# drop the modules first imported inside them, and a second import of it
+# re-registers torch's test op libraries and fails (the watch mode imports it on
+# torch versions without the C-level Dynamo skip, see pytest_mps/watch.py).
 import torch._dynamo  # noqa: E402, F401
 
 USER_TESTS = """
@@ -88,4 +90,66 @@ def test_marker_is_listed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(
         ["@pytest.mark.mps_memory(max_mb=None, leak_mb=None):*"]
+    )
+
+
+# torch/mps/__init__.py: current_allocated_memory() "Returns the current GPU memory
+# occupied by tensors in bytes" (torch._C._mps_currentAllocatedMemory),
+# driver_allocated_memory() "total GPU memory allocated by Metal driver",
+# recommended_max_memory() "recommended max working set size"; they cannot run
+# on Linux, so this conftest fakes them (and is_built/is_available) with a byte
+# counter that the user's test moves, as MPS tensors would.
+FAKE_MPS_CONFTEST = """
+import torch
+
+allocated = [0]
+NAMES = [
+    (torch.backends.mps, "is_built"),
+    (torch.backends.mps, "is_available"),
+    (torch.mps, "current_allocated_memory"),
+    (torch.mps, "driver_allocated_memory"),
+    (torch.mps, "recommended_max_memory"),
+    (torch.mps, "synchronize"),
+]
+saved = [getattr(module, name) for module, name in NAMES]
+
+def pytest_unconfigure(config):
+    # pytester runs in this process: leave torch as it was
+    for (module, name), value in zip(NAMES, saved):
+        setattr(module, name, value)
+
+def pytest_configure(config):
+    torch.backends.mps.is_built = lambda: True
+    torch.backends.mps.is_available = lambda: True
+    torch.mps.current_allocated_memory = lambda: allocated[0]
+    torch.mps.driver_allocated_memory = lambda: allocated[0] + 8 * 2**20
+    torch.mps.recommended_max_memory = lambda: 16 * 2**30
+    torch.mps.synchronize = lambda: None
+"""
+
+
+def test_on_mps_the_peak_is_sampled_before_each_op(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(FAKE_MPS_CONFTEST)
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+        from conftest import allocated
+
+        @pytest.mark.mps_memory(max_mb=32)
+        def test_temporary_buffer():
+            allocated[0] += 64 * 2**20   # a 64 MiB activation appears
+            torch.ones(3).sum()           # ops run while it is alive
+            allocated[0] -= 64 * 2**20   # and it is freed
+            torch.ones(3).sum()
+        """
+    )
+    result = pytester.runpytest("--mps", "-rA")
+    assert torch.backends.mps.is_built() is False
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*over the memory budget on mps: peak 64.0 MiB > max_mb=32",
+            "mps: peak +64.0 MiB, left allocated +0.0 MiB, driver_allocated 8.0 MiB",
+        ]
     )
