@@ -1,6 +1,10 @@
 import io
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +94,55 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_old_one(
     assert path.read_bytes() == before
     assert not [name for name in os.listdir(path.parent) if ".tmp-" in name]
     assert checkpoint.load(path)["iter_num"] == 2
+
+
+WRITER = """
+import sys, torch
+from PACKAGE.checkpoint import save
+from pathlib import Path
+for i in range(1, 10_000):
+    weights = dict(w=torch.full((4_000_000,), float(i)))
+    save(dict(model=weights, model_config=dict(), tokenizer=dict(), iter_num=i),
+         Path(sys.argv[1]))
+    print(i, flush=True)
+"""
+
+
+def partly_written(folder: Path, full_size: int) -> bool:
+    """Whether some file in `folder` is part-way through being written."""
+    for entry in os.scandir(folder):
+        try:
+            if entry.name.endswith(".py"):
+                continue
+            if 0 < entry.stat().st_size < full_size:
+                return True
+        except FileNotFoundError:  # renamed away between listing and stat
+            pass
+    return False
+
+
+def test_killing_the_process_while_it_checkpoints_leaves_a_whole_file(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.replace("PACKAGE", checkpoint.__name__.split(".")[0]))
+    path = tmp_path / "ckpt.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen(
+        [sys.executable, str(script), str(path)], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        while int(writer.stdout.readline() or 0) < 2:
+            assert writer.poll() is None, "the writer died"
+        full_size = path.stat().st_size
+        deadline = time.monotonic() + 60
+        # Kill it in the middle of writing a checkpoint, whatever file that is.
+        while not partly_written(tmp_path, full_size):
+            assert time.monotonic() < deadline, "never saw a save in progress"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    state = checkpoint.load(path)
+    expected = torch.full((4_000_000,), float(state["iter_num"]))
+    assert torch.equal(state["model"]["w"], expected)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
