@@ -19,7 +19,13 @@ from {{ cookiecutter.package_name }}.data import prepare
 from {{ cookiecutter.package_name }}.device import peak_flops
 from {{ cookiecutter.package_name }}.errors import CheckpointError
 from {{ cookiecutter.package_name }}.sample import sample
-from {{ cookiecutter.package_name }}.train import lr_at, setup, train, train_step
+from {{ cookiecutter.package_name }}.train import (
+    Progress,
+    lr_at,
+    setup,
+    train,
+    train_step,
+)
 
 NOT_BITWISE = "GPU kernels are not bitwise reproducible; exact resume is a CPU promise"
 
@@ -66,7 +72,7 @@ def test_mfu_is_reported_from_the_table_or_said_to_be_unknown(small_config, devi
 def test_resuming_gives_the_same_next_losses_as_an_uninterrupted_run(small_config):
     # Dropout on, so the restored random state matters as well as the batches.
     cfg = replace(small_config, dropout=0.1, max_iters=8, lr_decay_iters=8,
-                  eval_interval=3)  # fmt: skip
+                  eval_interval=3, gradient_accumulation_steps=2)  # fmt: skip
     whole, _ = run(replace(cfg, out_dir=cfg.out_dir + "-whole"))
     first, _ = run(replace(cfg, max_iters=5))
     assert first.iter_num == 5 and first.checkpoint is not None
@@ -231,3 +237,40 @@ def test_the_benchmark_times_training_steps_without_a_dataset(small_config):
     assert "ms/iter over 3 steps" in out and "tokens/s" in out
     if small_config.device == "cpu":
         assert result.mfu is None and "MFU unknown" in out
+
+
+def test_resuming_on_a_dataset_with_another_vocabulary_is_refused(
+    small_config, tmp_path
+):
+    run(replace(small_config, max_iters=2))
+    (tmp_path / "abc.txt").write_text("abcabc" * 100, encoding="utf-8")
+    other = replace(small_config, data_dir=str(tmp_path / "d"), dataset="abc",
+                    input_file=str(tmp_path / "abc.txt"))  # fmt: skip
+    prepare(other, log=lambda _: None)
+    with pytest.raises(CheckpointError, match="another vocabulary than dataset 'abc'"):
+        run(replace(other, init_from="resume"))
+
+
+def test_a_prompt_can_come_from_a_file(small_config, tmp_path):
+    run(replace(small_config, max_iters=2))
+    (tmp_path / "prompt.txt").write_text("JULIET:\n", encoding="utf-8")
+    cfg = replace(small_config, start=f"FILE:{tmp_path / 'prompt.txt'}",
+                  max_new_tokens=5, num_samples=1)  # fmt: skip
+    assert sample(cfg, stream=io.StringIO())[0].startswith("JULIET:\n")
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_progress_is_one_redrawn_bar():
+    stream = Terminal()
+    progress = Progress(total=4, stream=stream)
+    progress.update(2, loss=3.25, ms=12.0, mfu=None)
+    progress.update(4, loss=2.5, ms=11.0, mfu=0.123)
+    progress.close()
+    out = stream.getvalue()
+    assert out.count("\r[") == 2 and out.endswith("\n")
+    assert "[###############...............] 2/4 loss 3.2500 12.0 ms/iter" in out
+    assert "4/4 loss 2.5000 11.0 ms/iter, mfu 12.3%" in out
