@@ -15,6 +15,13 @@ configurations run interleaved, round after round, so drift hits all alike:
 Usage: ``python benchmarks/watch_overhead.py [--device cpu|cuda] [--rounds N]
 [--steps N] [--json PATH]``. Goals: fallback <= 1.05x; all-on <= 1.10x on CPU,
 <= 1.5x on an H100 in bf16.
+
+Measured on the lent H100 (torch 2.11.0+cu130, 768 aten ops/step, 11 rounds x 5
+steps): baseline 10.95 ms, fallback 0.995x, empty-mode 1.81x, all-on 2.09x
+(+15.5 us/op). CPU, 2 threads of that host (1319 ops/step, 5 rounds): baseline
+1104 ms, fallback 1.085x, empty-mode 1.06x, all-on 1.04x, all within run-to-run
+noise; per tiny op: fallback +0.2 us, all-on +3.4 us. The floor of any Python
+dispatch mode (empty-mode) already misses 1.5x on that host-bound bf16 step.
 """
 
 from __future__ import annotations
