@@ -24,7 +24,9 @@ too (``count_cpu``); on an accelerator only accelerator tensors count.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import types
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -164,6 +166,28 @@ def sync_checks() -> dict[Any, Check]:
     return checks
 
 
+def _optimizer_step_counter(tensor: Any) -> bool:
+    """True for torch.optim reading its CPU step counter (``_get_value(step)``).
+
+    Optimizers keep ``state["step"]`` on the CPU on every device (unless
+    capturable or fused), so reading it syncs nothing, on MPS or CUDA either.
+    """
+    if not getattr(tensor, "is_cpu", False):
+        return False
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame: types.FrameType | None = sys._getframe(1)
+    # step over this guard and the watch mode to the code that ran the op
+    while frame is not None and (
+        os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here
+        or frame.f_code.co_filename.endswith("_python_dispatch.py")
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    path = frame.f_code.co_filename.replace("\\", "/")
+    return frame.f_code.co_name == "_get_value" and "/torch/optim/" in path
+
+
 class SyncGuard:
     """The per-op callback: raises ``HostSyncError`` at the first sync."""
 
@@ -184,6 +208,8 @@ class SyncGuard:
         __tracebackhide__ = True
         reason = self.checks[func](args, kwargs, self.count_cpu)
         if reason is None:
+            return
+        if self.count_cpu and _optimizer_step_counter(args[0]):
             return
         where = user_location(sys._getframe(1))
         name = func._schema.name

@@ -186,3 +186,34 @@ def test_on_cuda_copies_to_the_host_sync_unless_non_blocking() -> None:
         with pytest.raises(HostSyncError, match="aten::_to_copy"):
             on_gpu.tolist()
     torch.cuda.synchronize()
+
+
+def test_optimizer_step_counters_on_the_cpu_are_not_host_syncs(
+    pytester: pytest.Pytester,
+) -> None:
+    # torch.optim keeps state["step"] on the CPU on every device and reads it
+    # with .item() (optimizer.py, _get_value): no device to wait for.
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.no_host_sync
+        def test_train_step():
+            model = torch.nn.Linear(4, 4)
+            optimizer = torch.optim.AdamW(model.parameters())
+            loss = model(torch.randn(2, 4)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.step()
+
+        @pytest.mark.no_host_sync
+        def test_logging_the_loss_still_fails():
+            model = torch.nn.Linear(4, 4)
+            loss = model(torch.randn(2, 4)).pow(2).mean()
+            print(loss.item())
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED *test_logging_the_loss_still_fails*"])
