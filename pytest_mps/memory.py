@@ -20,6 +20,7 @@ import pytest
 
 from pytest_mps import accelerator
 from pytest_mps.devices import devices_key
+from pytest_mps.report import add_report_section
 from pytest_mps.watch import OpCallback
 
 MIB = 1024 * 1024
@@ -107,7 +108,36 @@ def memory_mark(item: pytest.Item) -> MemoryMark | None:
     return parsed
 
 
+class _Collector:
+    """Gathers each measured test's figures (from xdist workers too) for the JSON."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == PROPERTY and isinstance(value, dict):
+                self.rows.append({"nodeid": report.nodeid, **value})
+
+    def pytest_sessionfinish(self) -> None:
+        if self.rows:
+            add_report_section(self.config, "memory", self.rows)
+
+
+_collector_key = pytest.StashKey[_Collector]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    collector = config.stash.get(_collector_key, None)
+    if collector is not None:
+        config.pluginmanager.unregister(collector)
+        del config.stash[_collector_key]
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    collector = config.stash[_collector_key] = _Collector(config)
+    config.pluginmanager.register(collector, "pytest-mps-memory")
     config.addinivalue_line(
         "markers",
         "mps_memory(max_mb=None, leak_mb=None): report the test's peak device "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -144,7 +146,7 @@ def test_on_mps_the_peak_is_sampled_before_each_op(pytester: pytest.Pytester) ->
             torch.ones(3).sum()
         """
     )
-    result = pytester.runpytest("--mps", "-rA")
+    result = pytester.runpytest("--mps", "-rA", "--mps-report=r.json")
     assert torch.backends.mps.is_built() is False
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -153,3 +155,6 @@ def test_on_mps_the_peak_is_sampled_before_each_op(pytester: pytest.Pytester) ->
             "mps: peak +64.0 MiB, left allocated +0.0 MiB, driver_allocated 8.0 MiB",
         ]
     )
+    (row,) = json.loads((pytester.path / "r.json").read_text())["memory"]
+    assert row["device"] == "mps"
+    assert (row["peak_mb"], row["left_mb"]) == (64.0, 0.0)
