@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,9 +209,7 @@ def test_allow_fallback_marker_lets_a_known_fallback_pass_at_error_level(
             torch.linalg.svd(torch.randn(3, 3))
         """
     )
-    result = pytester.runpytest(
-        "--mps-audit=error", "-W", "ignore::pytest.PytestUnknownMarkWarning"
-    )
+    result = pytester.runpytest("--mps-audit=error", "--strict-markers")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["aten::_linalg_svd *fallback (allowed) * 2 * 2  *"])
 
@@ -328,16 +327,12 @@ def test_recorder_flags_ops_mixing_cpu_and_meta_tensors_with_the_line() -> None:
 
     recorder = Recorder(mps_ops.load_table(), keep_ops=False, mixed=True)
     with watch.watch_mode([recorder]):
+        line = sys._getframe().f_lineno + 1
         torch.ones(3, device="meta").add_(torch.tensor(2.0))
     (row,) = [r for r in recorder.results(frozenset()) if r["kind"] == "mixed-devices"]
     assert (row["name"], row["count"]) == ("aten::add_", 1)
     assert row["why"] == "meta (3,), cpu 0-dim"
-    assert row["first"].endswith("test_audit.py:" + str(_line_of(".add_(torch")))
-
-
-def _line_of(text: str) -> int:
-    lines = Path(__file__).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
+    assert row["first"] == f"{__file__}:{line}"
 
 
 def test_help_lists_both_options_in_the_mps_group(pytester: pytest.Pytester) -> None:

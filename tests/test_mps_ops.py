@@ -185,7 +185,7 @@ def test_float64_gets_pytorchs_empty_mps_message() -> None:
     )
 
 
-def test_complex128_and_float8_get_get_mps_data_type_message() -> None:
+def test_complex128_and_float8_get_the_message_of_get_mps_data_type() -> None:
     assert mps_ops.dtype_problem(torch.complex128) == (
         "Trying to convert ComplexDouble to the MPS backend but it does not have "
         "support for that dtype."
