@@ -160,13 +160,13 @@ def allowed_ops(item: pytest.Item) -> frozenset[str] | None:
     from pytest_mps import fallback
 
     state = item.config.stash.get(fallback.state_key, None)
-    return frozenset() if state is None else fallback._allowed(item, state)
+    return frozenset() if state is None else fallback.allowed_ops_for(item, state)
 
 
 def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
     from pytest_mps import fallback
 
-    return fallback._is_allowed(op, allowed)
+    return fallback.is_allowed(op, allowed)
 
 
 @lru_cache(maxsize=1)

@@ -197,7 +197,7 @@ def _op_name(name: str) -> str:
     return name if "::" in name else f"aten::{name}"
 
 
-def _allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
+def allowed_ops_for(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
     """Ops allowed to fall back in ``item``; None means every op."""
     allowed = set(state.allowed)
     for mark in item.iter_markers("mps_allow_fallback"):
@@ -213,7 +213,8 @@ def _allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
     return frozenset(allowed)
 
 
-def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
+def is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
+    """True when ``allowed`` lets ``op`` fall back; an op name covers its overloads."""
     # "aten::linalg_svd" also allows its overloads ("aten::linalg_svd.U")
     return allowed is None or op in allowed or op.split(".", 1)[0] in allowed
 
@@ -270,7 +271,7 @@ def capture_fallbacks(
             kind = classify(text)
             if kind is not None:
                 where = user_location(sys._getframe(1))
-                ok = _is_allowed(kind[1], allowed)
+                ok = is_allowed(kind[1], allowed)
                 found.add(kind[0], kind[1], where, allowed=ok, detail=kind[2])
                 return
             if seen_other is not None and "(Triggered internally at" in text:
@@ -294,7 +295,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     # warn-always (which we turned on) repeats torch's other warn-once
     # warnings: pass each on once per session, as torch would.
     dedupe = state.seen_other if state.warn_always_before is False else None
-    with capture_fallbacks(findings_for(item), _allowed(item, state), dedupe):
+    with capture_fallbacks(findings_for(item), allowed_ops_for(item, state), dedupe):
         return (yield)
 
 
