@@ -106,7 +106,8 @@ def _requested(config: pytest.Config) -> tuple[list[str], str]:
     return ["cpu"], "default"
 
 
-def _check_usable(device: str, where: str) -> None:
+def check_usable(device: str, where: str) -> None:
+    """Raise a UsageError naming ``where`` when ``device`` cannot be used here."""
     where = where if where == "--mps" else f"{where} {device}"
     if device == "mps":
         reason = backend.mps_unavailable_reason()
@@ -139,7 +140,7 @@ def resolve_devices(config: pytest.Config) -> list[str]:
                 raise pytest.UsageError(f"{where} auto: torch is not installed")
             device = config.hook.pytest_mps_auto_device(config=config)
             device = parse_device(str(device), "pytest_mps_auto_device")
-        _check_usable(device, where)
+        check_usable(device, where)
         if device not in resolved:
             resolved.append(device)
     return resolved

@@ -15,3 +15,13 @@ def pytest_mps_auto_device(config: pytest.Config) -> str | None:
 @pytest.hookspec
 def pytest_mps_watch_ops(item: pytest.Item) -> Callable[..., None] | None:
     """Return ``callback(func, args, kwargs)`` to see each aten op ``item`` runs."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_mps_synchronize(device: str) -> bool | None:
+    """Block until the work queued on ``device`` (``cpu``, ``mps``, ``cuda:0``) is done.
+
+    Return True once it is. The default drains the accelerator's queue
+    (``torch.accelerator.synchronize``, ``torch.mps.synchronize``) and does
+    nothing for ``cpu``; a conftest can drain its own queue instead.
+    """

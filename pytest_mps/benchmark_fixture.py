@@ -1,0 +1,305 @@
+"""The ``mps_benchmark`` fixture's object, and how it drives each device."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from pytest_mps import accelerator, backend
+from pytest_mps.benchmark_stats import Stats
+from pytest_mps.benchmark_storage import cpu_name
+from pytest_mps.benchmark_timer import Probe, Result, Settings, measure
+
+#: The user property that carries one measurement to the controller (xdist too).
+PROPERTY = "mps_benchmark"
+#: The most per-round times a result carries into reports and files.
+MAX_DATA = 10_000
+
+
+def make_probe(config: pytest.Config, devices: list[str]) -> Probe:
+    """A probe that syncs ``devices`` through ``pytest_mps_synchronize``.
+
+    With one accelerator it also records device events and peak memory.
+    """
+    hook = config.hook.pytest_mps_synchronize
+    accelerators = [d for d in devices if d != "cpu"]
+    # A conftest's own sync implementation means there is a queue to wait for.
+    plugged = len(hook.get_hookimpls()) > 1
+    if not accelerators and not plugged:
+        # Plain CPU: the sync is a no-op, so skip even the hook call (about a
+        # microsecond) that would otherwise sit inside every round.
+        return Probe()
+    if len(devices) == 1:
+        only = devices[0]
+
+        def synchronize() -> None:
+            hook(device=only)
+    else:
+
+        def synchronize() -> None:
+            for name in devices:
+                hook(device=name)
+
+    if len(accelerators) != 1:
+        return Probe(synchronize, asynchronous=bool(accelerators) or plugged)
+    import torch
+
+    device = torch.device(accelerators[0])
+
+    def new_events() -> Any:
+        return accelerator.timing_event(device), accelerator.timing_event(device)
+
+    def reset_peak_memory() -> None:
+        accelerator.reset_peak_memory(device)
+
+    def memory() -> int | None:
+        # CUDA keeps a true peak; MPS reports only the current allocation, so
+        # its "peak" is the largest reading at the end of a round.
+        stats = accelerator.memory_stats(device)
+        if stats is None:
+            return None
+        return stats.get("peak_allocated", stats["allocated"])
+
+    return Probe(synchronize, new_events, reset_peak_memory, memory, True)
+
+
+def hardware(device: str) -> tuple[str, str | None]:
+    """The device's hardware name, and CUDA's compute capability."""
+    if "+" in device:  # several devices synced: a test without 'device'
+        return " + ".join(hardware(d)[0] for d in device.split("+")), None
+    if device == "cpu":
+        return cpu_name(), None
+    if device == "mps":
+        cores = backend.gpu_core_count()
+        chip = backend.chip_name() or "Apple GPU"
+        return (f"{chip} ({cores}-core GPU)" if cores else chip), None
+    import torch
+
+    if device.startswith("cuda"):
+        major, minor = torch.cuda.get_device_capability(device)
+        return str(torch.cuda.get_device_name(device)), f"{major}.{minor}"
+    return accelerator.device_name(torch.device(device)), None
+
+
+def release_memory(devices: list[str]) -> None:
+    """Collect garbage and hand cached device blocks back (pytest-benchmark#215)."""
+    gc.collect()
+    accelerators = [d for d in devices if d != "cpu"]
+    if not accelerators:
+        return
+    import torch
+
+    for name in accelerators:
+        accelerator.empty_cache(torch.device(name))
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+class MpsBenchmark:
+    """Times callables with the device queue drained; see ``mps_benchmark``."""
+
+    def __init__(
+        self,
+        item: pytest.Item,
+        settings: Settings,
+        targets: Callable[[pytest.Item], tuple[str, list[str]]],
+        group: str | None,
+        compare_fail: tuple[str, ...],
+    ) -> None:
+        self._item = item
+        self._settings = settings
+        self._targets = targets
+        self._probe: Probe | None = None
+        self._results: dict[str | None, Result] = {}
+        self._last: Result | None = None
+        self._pending: list[tuple[str | None, Result, Settings]] = []
+        #: The device the measurements are labelled with (``cpu``, ``cuda:0``).
+        self.device, self.synced_devices = targets(item)
+        #: The group the results are shown and saved under.
+        self.group = group
+        self.compare_fail = compare_fail
+        #: Saved into every measurement's JSON ``extra_info``.
+        self.extra_info: dict[str, Any] = {}
+
+    # -- public API -----------------------------------------------------------------
+
+    def __call__(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Time ``fn(*args, **kwargs)`` and return its result."""
+        if None in self._results:
+            raise RuntimeError(
+                "mps_benchmark was already called in this test; give each "
+                'measurement a name: mps_benchmark.measure("eager", f)'
+            )
+        return self._run(None, fn, args, kwargs, None, self._settings)
+
+    def measure(
+        self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Time ``fn(*args, **kwargs)`` as the measurement ``name``; return its result.
+
+        A test may take several; each is reported and readable as ``self[name]``.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"measure: name must be a non-empty string, got {name!r}")
+        if name in self._results:
+            raise ValueError(f"measure: {name!r} was already measured in this test")
+        return self._run(name, fn, args, kwargs, None, self._settings)
+
+    def pedantic(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        setup: Callable[[], Any] | None = None,
+        rounds: int = 1,
+        warmup_rounds: int = 0,
+        iterations: int = 1,
+        name: str | None = None,
+    ) -> Any:
+        """Time exactly ``rounds`` x ``iterations`` calls after ``warmup_rounds``.
+
+        ``setup`` runs before every call, off the clock, and may return
+        ``(args, kwargs)`` for it; unlike pytest-benchmark it works with
+        ``iterations > 1`` (each round's inputs are prepared up front).
+        """
+        for label, value, low in (
+            ("rounds", rounds, 1),
+            ("iterations", iterations, 1),
+            ("warmup_rounds", warmup_rounds, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(
+                    f"pedantic: {label} must be an integer >= {low}, got {value!r}"
+                )
+        if setup is not None and (args or kwargs):
+            raise TypeError(
+                "pedantic: give the arguments through setup's return value "
+                "(args, kwargs) or through args/kwargs, not both"
+            )
+        if name in self._results:
+            raise ValueError(f"pedantic: {name!r} was already measured in this test")
+        settings = Settings(
+            warmup=warmup_rounds,
+            rounds=rounds,
+            iterations=iterations,
+            min_time=self._settings.min_time,
+            max_time=self._settings.max_time,
+        )
+        return self._run(name, fn, tuple(args), dict(kwargs or {}), setup, settings)
+
+    @property
+    def result(self) -> Result:
+        """The last measurement: stats, dispatch, events, memory, verdict."""
+        if self._last is None:
+            raise RuntimeError("mps_benchmark has not measured anything yet")
+        return self._last
+
+    @property
+    def stats(self) -> Stats:
+        """The last measurement's statistics (seconds per call)."""
+        return self.result.stats
+
+    @property
+    def results(self) -> Mapping[str | None, Result]:
+        """Every measurement of this test, by name (None for an unnamed one)."""
+        return dict(self._results)
+
+    def __getitem__(self, name: str | None) -> Result:
+        return self._results[name]
+
+    # -- internals --------------------------------------------------------------------
+
+    def _run(
+        self,
+        name: str | None,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        setup: Callable[[], Any] | None,
+        settings: Settings,
+    ) -> Any:
+        if not callable(fn):
+            raise TypeError(f"mps_benchmark: {fn!r} is not callable")
+        if self._probe is None:
+            # Decided at the first measurement, when the test has made its tensors.
+            self.device, self.synced_devices = self._targets(self._item)
+            self._probe = make_probe(self._item.config, self.synced_devices)
+        release_memory(self.synced_devices)
+        result, value = measure(
+            fn, args, kwargs, setup=setup, probe=self._probe, settings=settings
+        )
+        self._results[name] = result
+        self._last = result
+        self._pending.append((name, result, settings))
+        return value
+
+    def flush(self) -> None:
+        """Put the measurements on ``item.user_properties`` for the call report.
+
+        Called as the report is made, so ``extra_info`` set after a measurement
+        is saved with it, as in pytest-benchmark.
+        """
+        for name, result, settings in self._pending:
+            entry = self._entry(name, result, settings)
+            self._item.user_properties.append((PROPERTY, json.dumps(entry)))
+        self._pending.clear()
+
+    def _entry(self, name: str | None, result: Result, settings: Settings) -> Any:
+        item = self._item
+        callspec = getattr(item, "callspec", None)
+        params = dict(callspec.params) if callspec is not None else {}
+        param_id = callspec.id if callspec is not None else None
+        original = getattr(item, "originalname", item.name)
+        rest = [p for p in (param_id or "").split("-") if p and p != self.device]
+        if "device" not in params:
+            rest = (param_id or "").split("-") if param_id else []
+        base = original + (f"[{'-'.join(rest)}]" if rest else "")
+        suffix = f"::{name}" if name is not None else ""
+        hw, capability = hardware(self.device)
+        extra = {k: _jsonable(v) for k, v in self.extra_info.items()}
+        extra.update(result.extra_info())
+        extra.update(
+            device=self.device,
+            hardware=hw,
+            capability=capability,
+            base_name=base + suffix,
+            label=name,
+        )
+        return {
+            "group": self.group,
+            "name": item.name + suffix,
+            "fullname": item.nodeid + suffix,
+            "params": {k: _jsonable(v) for k, v in params.items()} or None,
+            "param": param_id,
+            "extra_info": extra,
+            "options": {
+                "min_time": settings.min_time,
+                "max_time": settings.max_time,
+                "min_rounds": settings.min_rounds,
+                "warmup": settings.warmup,
+                "timer": "perf_counter, device synced",
+                "disable_gc": False,
+                "compare_fail": list(self.compare_fail) or None,
+            },
+            # Past MAX_DATA rounds the per-round data stays out of the report
+            # (and of junitxml's properties); the statistics cover them all.
+            "stats": _finite(result.stats.as_dict(result.stats.rounds <= MAX_DATA)),
+        }
+
+
+def _finite(stats: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no inf/nan; an empty round could only come from a broken clock.
+    return {
+        k: (0.0 if isinstance(v, float) and not math.isfinite(v) else v)
+        for k, v in stats.items()
+    }

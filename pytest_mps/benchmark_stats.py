@@ -1,0 +1,119 @@
+"""Statistics of benchmark rounds, field for field as pytest-benchmark's."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Per-call times in seconds, with pytest-benchmark's fields and quartiles."""
+
+    data: tuple[float, ...]
+    iterations: int
+    min: float
+    max: float
+    mean: float
+    stddev: float
+    median: float
+    q1: float
+    q3: float
+    iqr: float
+    ld15iqr: float
+    hd15iqr: float
+    iqr_outliers: int
+    stddev_outliers: int
+    total: float
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds were timed."""
+        return len(self.data)
+
+    @property
+    def ops(self) -> float:
+        """Calls per second (1 / mean), as pytest-benchmark defines it."""
+        return self.rounds / self.total if self.total else 0.0
+
+    @property
+    def outliers(self) -> str:
+        """``"stddev_outliers;iqr_outliers"``, pytest-benchmark's format."""
+        return f"{self.stddev_outliers};{self.iqr_outliers}"
+
+    @classmethod
+    def from_data(cls, data: Sequence[float], iterations: int) -> Stats:
+        """Statistics of per-call round times (quartiles as pytest-benchmark's)."""
+        if not data:
+            raise ValueError("no rounds were timed")
+        ordered = sorted(data)
+        q1, q3 = _quartiles(ordered)
+        iqr = q3 - q1
+        mean = statistics.mean(data)
+        stddev = statistics.stdev(data) if len(data) > 1 else 0.0
+        low, high = q1 - 1.5 * iqr, q3 + 1.5 * iqr
+        return cls(
+            data=tuple(data),
+            iterations=iterations,
+            min=ordered[0],
+            max=ordered[-1],
+            mean=mean,
+            stddev=stddev,
+            median=statistics.median(ordered),
+            q1=q1,
+            q3=q3,
+            iqr=iqr,
+            ld15iqr=ordered[bisect_left(ordered, low)],
+            hd15iqr=ordered[bisect_right(ordered, high) - 1],
+            iqr_outliers=sum(1 for v in data if v < low or v > high),
+            stddev_outliers=sum(
+                1 for v in data if v < mean - stddev or v > mean + stddev
+            ),
+            total=sum(data),
+        )
+
+    def as_dict(self, include_data: bool = True) -> dict[str, Any]:
+        """The ``stats`` object of a pytest-benchmark JSON file."""
+        out: dict[str, Any] = {
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "stddev": self.stddev,
+            "rounds": self.rounds,
+            "median": self.median,
+            "iqr": self.iqr,
+            "q1": self.q1,
+            "q3": self.q3,
+            "iqr_outliers": self.iqr_outliers,
+            "stddev_outliers": self.stddev_outliers,
+            "outliers": self.outliers,
+            "ld15iqr": self.ld15iqr,
+            "hd15iqr": self.hd15iqr,
+            "ops": self.ops,
+            "total": self.total,
+            "iterations": self.iterations,
+        }
+        if include_data:
+            out["data"] = list(self.data)
+        return out
+
+
+def _quartiles(ordered: Sequence[float]) -> tuple[float, float]:
+    # pytest-benchmark's stats.py, after Wikipedia's "Quartile" methods 2 and 3,
+    # so the same data gives the same IQR in both tools.
+    n = len(ordered)
+    if n == 1:
+        return ordered[0], ordered[0]
+    if n % 2:
+        k, r = n // 4, n % 4
+        if r == 1:
+            q1 = 0.25 * ordered[k - 1] + 0.75 * ordered[k]
+            q3 = 0.75 * ordered[3 * k] + 0.25 * ordered[3 * k + 1]
+        else:
+            q1 = 0.75 * ordered[k] + 0.25 * ordered[k + 1]
+            q3 = 0.25 * ordered[3 * k + 1] + 0.75 * ordered[3 * k + 2]
+        return q1, q3
+    return statistics.median(ordered[: n // 2]), statistics.median(ordered[n // 2 :])

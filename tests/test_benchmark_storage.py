@@ -1,0 +1,381 @@
+"""JSON in pytest-benchmark's schema, saved runs, baselines and regressions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_mps import benchmark_storage as storage
+
+FAST = (
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:hypothesispytest",
+    "--mps-benchmark-max-time=0.01",
+)
+
+TESTS = """
+import pytest
+
+def test_sum(mps_benchmark):
+    mps_benchmark(sum, range(100))
+
+@pytest.mark.parametrize("n", [10, 20])
+def test_param(mps_benchmark, n):
+    mps_benchmark.measure("sorted", sorted, list(range(n, 0, -1)))
+"""
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(*FAST, *args)
+
+
+def saved(pytester: pytest.Pytester) -> list[Path]:
+    return sorted((pytester.path / ".benchmarks").glob("*/*.json"))
+
+
+def test_json_is_read_back_by_pytest_benchmarks_own_loader(
+    pytester: pytest.Pytester,
+) -> None:
+    file_storage = pytest.importorskip("pytest_benchmark.storage.file")
+    logger = pytest.importorskip("pytest_benchmark.logger")
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-json=out.json").assert_outcomes(passed=3)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert set(doc) == {
+        "machine_info",
+        "commit_info",
+        "benchmarks",
+        "datetime",
+        "version",
+    }
+    store = file_storage.FileStorage(pytester.path, logger.Logger(0))
+    loaded = {
+        b["name"]: b for b in store.load_benchmarks(str(pytester.path / "out.json"))
+    }
+    assert set(loaded) == {
+        "test_sum",
+        "test_param[10]::sorted",
+        "test_param[20]::sorted",
+    }
+    bench = loaded["test_param[10]::sorted"]
+    assert bench["params"] == {"n": 10} and bench["param"] == "10"
+    for field in ("min", "max", "mean", "stddev", "median", "iqr", "ops", "rounds"):
+        assert isinstance(bench[field], (int, float)), field
+    assert len(bench["data"]) == bench["rounds"]
+    extra = bench["extra_info"]
+    assert extra["device"] == "cpu" and extra["label"] == "sorted"
+    assert extra["base_name"] == "test_param[10]::sorted"
+    assert {"dispatch_ratio", "verdict", "device_time_median", "peak_memory"} <= set(
+        extra
+    )
+    info = doc["machine_info"]
+    assert info["machine_key"].startswith(f"{info['system']}-CPython-")
+    assert info["cpu"]["brand_raw"] and "torch" in info
+
+
+def test_pytest_benchmark_compare_prints_our_saved_runs(
+    pytester: pytest.Pytester,
+) -> None:
+    cli = shutil.which("pytest-benchmark", path=os.path.dirname(sys.executable))
+    if cli is None:
+        pytest.skip("pytest-benchmark's command is not installed")
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=first").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    out = subprocess.run(
+        [cli, "compare", str(path)], capture_output=True, text=True, cwd=pytester.path
+    )
+    assert out.returncode == 0, out.stderr
+    assert "test_param[10]::sorted" in out.stdout and "test_sum" in out.stdout
+
+
+def test_save_numbers_runs_in_a_folder_per_machine(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    result = run(pytester, "--mps-benchmark-save=base line")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["pytest-mps benchmark: saved *0001_base_line.json"])
+    run(pytester, "--mps-benchmark-autosave").assert_outcomes(passed=3)
+    first, second = saved(pytester)
+    assert first.parent == second.parent
+    key = json.loads(first.read_text())["machine_info"]["machine_key"]
+    assert first.parent.name == key
+    assert first.name == "0001_base_line.json"
+    assert second.name.startswith("0002_")
+    assert not list(first.parent.glob(".*.tmp"))
+
+
+def test_storage_option_and_ini_autosave(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_benchmark_autosave = true\n")
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-storage=runs").assert_outcomes(passed=3)
+    assert len(list((pytester.path / "runs").glob("*/0001_*.json"))) == 1
+
+
+def test_compare_shows_the_change_against_the_latest_run(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    result = run(pytester, "--mps-benchmark-compare")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*vs baseline*",
+            "test_sum *%",
+            "pytest-mps benchmark: compared with *0001_base.json",
+        ]
+    )
+    assert result.ret == 0
+
+
+def _slow_down_baseline(path: Path, factor: float) -> None:
+    doc = json.loads(path.read_text())
+    for bench in doc["benchmarks"]:
+        for key in ("min", "max", "mean", "median"):
+            bench["stats"][key] *= factor
+    path.write_text(json.dumps(doc))
+
+
+def test_compare_fail_fails_the_session_on_a_regression(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    _slow_down_baseline(path, 0.1)  # the baseline was 10x faster
+    result = run(
+        pytester,
+        "--mps-benchmark-compare=base",
+        "--mps-benchmark-compare-fail=median:50%",
+    )
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-mps benchmark regressions*",
+            "FAILED *test_sum: median * us vs * us (+*%, limit median:50%)",
+        ]
+    )
+    # A generous absolute threshold lets the same run pass.
+    result = run(
+        pytester,
+        "--mps-benchmark-compare=0001",
+        "--mps-benchmark-compare-fail=median:10",
+    )
+    assert result.ret == 0
+
+
+def test_a_marker_threshold_replaces_the_sessions(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mps_benchmark(compare_fail="median:100000%")
+        def test_lenient(mps_benchmark):
+            mps_benchmark(sum, range(100))
+
+        def test_strict(mps_benchmark):
+            mps_benchmark(sum, range(100))
+        """
+    )
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=2)
+    (path,) = saved(pytester)
+    _slow_down_baseline(path, 0.1)
+    pytester.makeini("[pytest]\nmps_benchmark_compare_fail = median:5%\n")
+    result = run(pytester, "--mps-benchmark-compare")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["FAILED *::test_strict: median*"])
+    result.stdout.no_fnmatch_line("FAILED *::test_lenient*")
+
+
+def test_missing_baseline_is_a_clear_message_not_a_traceback(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    result = run(
+        pytester, "--mps-benchmark-compare", "--mps-benchmark-compare-fail=min:5%"
+    )
+    result.assert_outcomes(passed=3)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps benchmark: cannot compare: no baseline for this machine: "
+            "*holds no saved run; save one with --mps-benchmark-save NAME or "
+            "--mps-benchmark-autosave"
+        ]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_another_machines_runs_are_named_but_not_used(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    mac = "Darwin-CPython-3.12-64bit-Apple_M3_Max-40gpu"
+    doc = json.loads(path.read_text())
+    doc["machine_info"]["machine_key"] = mac
+    path.write_text(json.dumps(doc))
+    other = path.parent.with_name(mac)
+    path.parent.rename(other)
+    result = run(pytester, "--mps-benchmark-compare")
+    result.stdout.fnmatch_lines(
+        [
+            "*cannot compare: no baseline for this machine*Saved runs of other "
+            f"machines: {mac} (1 runs); their timings are not comparable*"
+        ]
+    )
+    # Named by its path, it is compared, with a warning.
+    result = run(pytester, f"--mps-benchmark-compare={other / path.name}")
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps benchmark: warning: baseline * was recorded on another machine "
+            f"({mac}; this one is *): the comparison mixes hardware",
+            "pytest-mps benchmark: compared with *",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            '{"benchmarks": [',
+            "is corrupt (not JSON: Expecting value at line 1 column 17)",
+        ),
+        ('{"machine": 1}', "is not a benchmark file (no 'benchmarks' list"),
+        ('{"benchmarks": [{"name": "x"}]}', "is not a benchmark file"),
+        ("\udcff", "cannot be read"),
+    ],
+)
+def test_a_corrupt_baseline_is_a_clear_message(
+    pytester: pytest.Pytester, content: str, message: str
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    path.write_bytes(content.encode("utf-8", "surrogateescape"))
+    result = run(pytester, "--mps-benchmark-compare")
+    result.assert_outcomes(passed=3)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [f"pytest-mps benchmark: cannot compare: baseline *{message}*"]
+    )
+
+
+def test_compare_with_an_unknown_run_lists_the_saved_ones(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    result = run(pytester, "--mps-benchmark-compare=nightly")
+    result.stdout.fnmatch_lines(
+        ["*cannot compare: no saved run matches 'nightly' in * (saved: 0001_base.json)"]
+    )
+    result = run(pytester, "--mps-benchmark-compare=gone.json")
+    result.stdout.fnmatch_lines(
+        ["*cannot compare: baseline file gone.json does not exist"]
+    )
+
+
+def test_an_interrupted_write_leaves_the_old_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "run.json"
+    storage.write_atomic(target, {"benchmarks": [1]})
+
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        storage.write_atomic(target, {"benchmarks": [2] * 1000})
+    assert json.loads(target.read_text()) == {"benchmarks": [1]}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def _info(**overrides: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "system": "Darwin",
+        "python_implementation": "CPython",
+        "python_version": "3.12.4",
+        "cpu": {"brand_raw": "Apple M3 Max"},
+        "gpu_cores": 40,
+        "gpus": [],
+    }
+    info.update(overrides)
+    return info
+
+
+def test_machine_keys_tell_chips_core_counts_and_gpus_apart() -> None:
+    keys = {
+        storage.machine_key(_info()),
+        storage.machine_key(_info(gpu_cores=30)),
+        storage.machine_key(_info(cpu={"brand_raw": "Apple M2 Max"})),
+        storage.machine_key(
+            _info(
+                system="Linux",
+                cpu={"brand_raw": "AMD EPYC 9454"},
+                gpu_cores=None,
+                gpus=[{"name": "NVIDIA H100 80GB HBM3"}],
+            )
+        ),
+        storage.machine_key(
+            _info(system="Linux", cpu={"brand_raw": "AMD EPYC 9454"}, gpu_cores=None)
+        ),
+    }
+    assert len(keys) == 5
+    assert storage.machine_key(_info()).endswith("-Apple_M3_Max-40gpu")
+
+
+def test_machine_info_lists_the_gpus_the_benchmarks_ran_on() -> None:
+    benches = [
+        {
+            "extra_info": {
+                "device": "cuda:0",
+                "hardware": "NVIDIA H100",
+                "capability": "9.0",
+            }
+        },
+        {"extra_info": {"device": "cpu", "hardware": "AMD EPYC"}},
+    ]
+    info = storage.machine_info(benches)
+    assert info["gpus"] == [{"name": "NVIDIA H100", "capability": "9.0"}]
+    assert info["machine_key"].endswith("-NVIDIA_H100")
+
+
+@pytest.mark.parametrize(
+    ("text", "stat", "amount", "percent"),
+    [("median:10%", "median", 10.0, True), ("min:0.001", "min", 0.001, False)],
+)
+def test_compare_fail_expressions(
+    text: str, stat: str, amount: float, percent: bool
+) -> None:
+    expr = storage.parse_fail_expr(text, "x")
+    assert (expr.stat, expr.amount, expr.percent) == (stat, amount, percent)
+    assert str(expr) == text
+    assert expr.regression(1.0, 1.0) is None
+
+
+def test_json_path_is_relative_to_the_invocation_directory(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    sub = pytester.mkdir("sub")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(sub)
+        result = pytester.runpytest(
+            *FAST, str(pytester.path), "--mps-benchmark-json=o.json"
+        )
+    result.assert_outcomes(passed=3)
+    assert (sub / "o.json").is_file()
