@@ -86,16 +86,29 @@ def exempt_ops() -> frozenset[Any]:
     import torch
 
     aten = torch.ops.aten
-    return frozenset(
-        {
-            aten._to_copy.default,
-            aten.copy_.default,
-            aten._copy_from.default,
-            aten._copy_from_and_resize.default,
-            aten.lift_fresh.default,
-            aten.set_.source_Tensor,
-        }
-    )
+    ops = {
+        aten._to_copy.default,
+        aten.copy_.default,
+        aten._copy_from.default,
+        aten._copy_from_and_resize.default,
+        aten.lift_fresh.default,
+        aten.set_.source_Tensor,
+    }
+    # The fused attention backwards take the forward's philox seed and offset as
+    # CPU tensors by design (native_functions.yaml: `Tensor philox_seed, Tensor
+    # philox_offset`; attention_backward.cu reads them on the host). Not every
+    # build has every one, so look them up by name.
+    for name in (
+        "_scaled_dot_product_efficient_attention_backward",
+        "_efficient_attention_backward",
+        "_scaled_dot_product_flash_attention_backward",
+        "_flash_attention_backward",
+        "_scaled_dot_product_cudnn_attention_backward",
+    ):
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            ops.update(getattr(packet, o) for o in packet.overloads())
+    return frozenset(ops)
 
 
 def _describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:

@@ -113,3 +113,26 @@ def test_on_cuda_a_0dim_cpu_tensor_is_flagged_though_cuda_accepts_it(
     result.stdout.fnmatch_lines(
         ["  aten::mul once, first at *: cuda:0 (4,), cpu 0-dim"]
     )
+
+
+def test_attention_backward_philox_scalars_on_the_cpu_are_not_flagged() -> None:
+    # The fused attention backwards take the forward's philox seed and offset as
+    # CPU tensors by design; a guard that flagged them would fail every GPT
+    # training step on CUDA. A plain op with the same arguments is flagged.
+    import torch
+
+    from pytest_mps.findings import TestFindings
+    from pytest_mps.mixed_devices import DeviceGuard
+
+    findings = TestFindings()
+    guard = DeviceGuard(findings)
+    on_device = torch.zeros(2, device="meta")
+    seed, offset = (
+        torch.zeros((), dtype=torch.int64),
+        torch.zeros((), dtype=torch.int64),
+    )
+    backward = torch.ops.aten._scaled_dot_product_efficient_attention_backward.default
+    guard(backward, (on_device, on_device, seed, offset), {})
+    assert findings.entries == {}
+    guard(torch.ops.aten.mul.Tensor, (on_device, seed), {})
+    assert list(findings.entries) == [("mixed-devices", "aten::mul")]
