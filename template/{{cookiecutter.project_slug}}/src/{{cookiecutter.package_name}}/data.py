@@ -143,12 +143,22 @@ def load_dataset(cfg: Config) -> Dataset:
     return Dataset(folder, arrays["train"], arrays["val"], meta)
 
 
+def stream_seed(seed: int, slot: int) -> int:
+    """The seed of micro-batch slot `slot`: slot 0 uses the run's seed itself."""
+    return seed + 1000 * slot
+
+
 class Batches:
     """Random windows of a token tensor that lives on the device.
 
-    Offsets come from a generator on the same device, so a batch costs a couple of
-    kernels and no host round trip. Its state goes into checkpoints: a resumed run
-    draws exactly the batches the uninterrupted run would have.
+    Offsets come from generators on the same device, so a batch costs a couple of
+    kernels and no host round trip. Every micro-batch position of an optimizer
+    step (a slot, 0 .. gradient_accumulation_steps-1) has its own seeded stream,
+    and `next()` cycles through this process's slots. So one process drawing
+    slots 0 and 1 sees exactly the batches two DDP processes see drawing slot 0
+    and slot 1: the global batch does not depend on how it is split.
+    The streams' states go into checkpoints: a resumed run draws exactly the
+    batches the uninterrupted run would have.
     """
 
     def __init__(
@@ -158,6 +168,7 @@ class Batches:
         batch_size: int,
         seed: int,
         name: str = "train",
+        slots: range | None = None,
     ) -> None:
         if tokens.numel() < block_size + 1:
             raise DatasetError(
@@ -165,25 +176,49 @@ class Batches:
                 f" needs at least {block_size + 1}: lower --block_size or use more"
                 " text"
             )
+        slots = range(1) if slots is None else slots
+        if len(slots) < 1:
+            raise ValueError(f"Batches needs at least one slot, got {slots}")
         self.tokens = tokens
         self.block_size = block_size
         self.batch_size = batch_size
-        self.generator = make_generator(tokens.device, seed)
+        self.slots = slots
+        self.generators = [
+            make_generator(tokens.device, stream_seed(seed, slot)) for slot in slots
+        ]
+        self.turn = 0
         self.window = torch.arange(block_size + 1, device=tokens.device)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets, each (batch_size, block_size); targets shift by one."""
+        generator = self.generators[self.turn]
+        self.turn = (self.turn + 1) % len(self.generators)
         starts = torch.randint(
             self.tokens.numel() - self.block_size,
             (self.batch_size, 1),
-            generator=self.generator,
-            device=self.generator.device,
+            generator=generator,
+            device=generator.device,
         ).to(self.tokens.device, non_blocking=True)
         chunk = self.tokens[starts + self.window]
         return chunk[:, :-1], chunk[:, 1:]
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"generator": self.generator.get_state()}
+    def state_dict(self) -> dict[int, torch.Tensor]:
+        """{slot: generator state}; merge several processes' dicts for all slots."""
+        if self.turn:
+            raise RuntimeError(
+                f"batch stream saved mid-step (slot turn {self.turn}); save between"
+                " optimizer steps"
+            )
+        pairs = zip(self.slots, self.generators, strict=True)
+        return {slot: generator.get_state() for slot, generator in pairs}
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.generator.set_state(state["generator"])
+    def load_state_dict(self, state: dict[int, torch.Tensor]) -> None:
+        missing = [slot for slot in self.slots if slot not in state]
+        if missing:
+            raise KeyError(
+                f"the checkpoint's batch streams are slots {sorted(state)}; this run"
+                f" needs {list(self.slots)} (another gradient_accumulation_steps?)"
+            )
+        for slot, generator in zip(self.slots, self.generators, strict=True):
+            generator.set_state(state[slot])
+        self.turn = 0

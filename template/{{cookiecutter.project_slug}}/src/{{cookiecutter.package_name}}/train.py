@@ -4,12 +4,17 @@ Setup builds a `Trainer` (model, optimizer, batches on the device). Each iterati
 sets the learning rate, evaluates and checkpoints at intervals, and runs one
 `train_step`. The loss stays on the device and is read back only every
 `log_interval` steps, so the host can queue the next step while the device works.
+Under torchrun each process runs this same loop on its share of the micro-batches
+(see distributed.py); rank 0 alone evaluates, logs and writes files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import inspect
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,20 +22,25 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint
+from . import checkpoint, distributed
 from .config import Config
+from .config import replace as replace_config
 from .data import Batches, load_dataset
 from .device import (
     Runtime,
     cuda_fast_matmul,
     device_name,
     make_runtime,
+    mps_available,
     peak_flops,
+    pick_device,
     rng_state,
     set_rng_state,
     to_device,
 )
+from .distributed import Dist
 from .errors import CheckpointError, DeviceError
 from .model import GPT, GPTConfig
 
@@ -44,6 +54,9 @@ class Trainer:
     runtime: Runtime
     model: GPT  # the plain module: its state_dict is what checkpoints hold
     step_model: torch.nn.Module  # the same model, compiled when asked
+    ddp: DistributedDataParallel | None  # step_model wrapped, under torchrun
+    dist: Dist
+    micro_steps: int  # this process's micro-batches per optimizer step
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
     batches: Batches
@@ -56,16 +69,17 @@ class Trainer:
 
     @property
     def tokens_per_iter(self) -> int:
+        """Tokens per optimizer step, over all processes."""
         c = self.cfg
         return c.batch_size * c.block_size * c.gradient_accumulation_steps
 
     def mfu(self, seconds_per_iter: float) -> float | None:
-        """Model FLOPs utilisation against the device's peak, None when unknown."""
+        """Model FLOPs utilisation against the devices' peak, None when unknown."""
         peak = peak_flops(self.runtime.device, self.runtime.dtype)
         if peak is None:
             return None
         flops = self.model.flops_per_token() * self.tokens_per_iter
-        return flops / seconds_per_iter / peak
+        return flops / seconds_per_iter / (peak * self.dist.world_size)
 
 
 def lr_at(cfg: Config, it: int) -> float:
@@ -102,8 +116,14 @@ def create(
     splits: dict[str, torch.Tensor],
     tokenizer_meta: dict[str, Any],
     gpt_config: GPTConfig | None = None,
+    dist: Dist | None = None,
 ) -> Trainer:
-    """A fresh Trainer over token tensors that are already on the device."""
+    """A fresh Trainer over token tensors that are already on the device.
+
+    Under torchrun (`dist` of several processes) the process group must exist.
+    """
+    dist = dist or Dist()
+    micro_steps = distributed.micro_steps(cfg.gradient_accumulation_steps, dist)
     torch.manual_seed(cfg.seed)  # seeds the CPU and every accelerator
     gpt_config = gpt_config or model_config(cfg, tokenizer_meta)
     model = GPT(gpt_config).to(runtime.device)
@@ -123,17 +143,41 @@ def create(
     step_model: torch.nn.Module = model
     if runtime.compile:
         step_model = torch.compile(model)  # type: ignore[assignment]
+    ddp = None
+    if dist.enabled:
+        # DDP copies rank 0's weights to every process and averages gradients.
+        # The position buffer is a constant: nothing to broadcast per step.
+        on_gpu = runtime.device.type == "cuda"
+        ddp = DistributedDataParallel(
+            step_model,
+            device_ids=[runtime.device.index] if on_gpu else None,
+            **_no_buffer_sync(),
+        )
+        torch.manual_seed(cfg.seed + dist.rank)  # each process its own dropout
+    # This process's micro-batch slots of each optimizer step (see Batches).
+    first = dist.rank * micro_steps
     batches = Batches(
-        splits["train"], gpt_config.block_size, cfg.batch_size, cfg.seed, "train"
-    )
+        splits["train"], gpt_config.block_size, cfg.batch_size, cfg.seed, "train",
+        slots=range(first, first + micro_steps),
+    )  # fmt: skip
     return Trainer(
-        cfg, runtime, model, step_model, optimizer, scaler, batches, splits,
-        tokenizer_meta,
+        cfg, runtime, model, step_model, ddp, dist, micro_steps, optimizer, scaler,
+        batches, splits, tokenizer_meta,
     )  # fmt: skip
 
 
-def setup(cfg: Config, log: Any = print) -> Trainer:
+def _no_buffer_sync() -> dict[str, bool]:
+    # The model's one buffer (positions) is a constant: no broadcast per forward.
+    # Newer PyTorch renamed DDP's broadcast_buffers to forward_sync_buffers.
+    names = inspect.signature(DistributedDataParallel.__init__).parameters
+    if "forward_sync_buffers" in names:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
+def setup(cfg: Config, log: Any = print, dist: Dist | None = None) -> Trainer:
     """Load the dataset onto the device and build or resume the Trainer."""
+    dist = dist or Dist()
     runtime = make_runtime(cfg.device, cfg.dtype, cfg.compile)
     dataset = load_dataset(cfg)
     splits = {
@@ -141,7 +185,7 @@ def setup(cfg: Config, log: Any = print) -> Trainer:
         "val": to_device(dataset.val, runtime.device),
     }
     if cfg.init_from == "scratch":
-        return create(cfg, runtime, splits, dataset.tokenizer_meta)
+        return create(cfg, runtime, splits, dataset.tokenizer_meta, dist=dist)
     path = checkpoint.path_in(cfg.out_dir)
     state = checkpoint.load(path)
     if state["tokenizer"] != dataset.tokenizer_meta:
@@ -150,14 +194,17 @@ def setup(cfg: Config, log: Any = print) -> Trainer:
             f" {cfg.dataset!r} in {dataset.folder}; pass the run's --dataset"
         )
     saved = GPTConfig(**state["model_config"])
-    trainer = create(cfg, runtime, splits, dataset.tokenizer_meta, saved)
+    trainer = create(cfg, runtime, splits, dataset.tokenizer_meta, saved, dist)
     try:
         trainer.model.load_state_dict(state["model"])
         trainer.optimizer.load_state_dict(state["optimizer"])
         if trainer.scaler is not None and state.get("scaler"):
             trainer.scaler.load_state_dict(state["scaler"])
         trainer.batches.load_state_dict(state["batches"])
-        set_rng_state(runtime.device, state["rng"])
+        # Each process's dropout stream, when the run had as many processes.
+        rngs = state.get("rng_by_rank") or [state["rng"]]
+        if len(rngs) == dist.world_size:
+            set_rng_state(runtime.device, rngs[dist.rank])
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(
             f"{path} does not fit this run ({type(exc).__name__}: {exc})"
@@ -173,19 +220,26 @@ def setup(cfg: Config, log: Any = print) -> Trainer:
 def train_step(t: Trainer) -> torch.Tensor:
     """One optimizer step over gradient_accumulation_steps micro-batches.
 
-    Returns the mean loss as a device tensor; reading it is the caller's choice.
+    Under torchrun this process does its micro_steps share, and DDP averages the
+    gradients across processes in the last micro-step's backward (the others run
+    under no_sync, with no communication). Returns this process's mean loss as a
+    device tensor; reading it is the caller's choice.
     """
-    steps = t.cfg.gradient_accumulation_steps
+    steps = t.micro_steps
+    model = t.ddp or t.step_model
     total: torch.Tensor | None = None
-    for _ in range(steps):
+    for i in range(steps):
         x, y = t.batches.next()
-        with t.runtime.autocast:
-            _, loss = t.step_model(x, y)
-        loss = loss / steps
-        if t.scaler is not None:
-            t.scaler.scale(loss).backward()
-        else:
-            loss.backward()
+        last = i == steps - 1
+        sync = t.ddp.no_sync() if t.ddp is not None and not last else _no_op()
+        with sync:
+            with t.runtime.autocast:
+                _, loss = model(x, y)
+            loss = loss / steps
+            if t.scaler is not None:
+                t.scaler.scale(loss).backward()
+            else:
+                loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     if t.cfg.grad_clip > 0:
         if t.scaler is not None:
@@ -201,12 +255,17 @@ def train_step(t: Trainer) -> torch.Tensor:
     return total
 
 
+def _no_op() -> contextlib.AbstractContextManager[object]:
+    return contextlib.nullcontext()
+
+
 @torch.no_grad()
 def evaluate(t: Trainer) -> dict[str, float]:
     """Mean loss over eval_iters batches per split, from a fixed random stream.
 
     Its own generators leave the training batches and dropout untouched, so
-    evaluating never changes what training does next.
+    evaluating never changes what training does next. It uses no collective
+    operation (the model without its DDP wrapper), so rank 0 runs it alone.
     """
     t.model.eval()
     means = {}
@@ -225,8 +284,13 @@ def evaluate(t: Trainer) -> dict[str, float]:
     return means
 
 
-def save(t: Trainer) -> Path:
+def save(t: Trainer, streams: list[tuple[dict[int, torch.Tensor], Any]]) -> Path:
+    """Write the checkpoint (rank 0's job); `streams` is every rank's
+    (batch stream state, random state), from `distributed.gather`."""
     path = checkpoint.path_in(t.cfg.out_dir)
+    batches: dict[int, torch.Tensor] = {}
+    for batch_state, _ in streams:
+        batches.update(batch_state)
     checkpoint.save(
         {
             "model": t.model.state_dict(),
@@ -237,8 +301,11 @@ def save(t: Trainer) -> Path:
             "tokenizer": t.tokenizer_meta,
             "iter_num": t.iter_num,
             "best_val_loss": t.best_val_loss,
-            "batches": t.batches.state_dict(),
-            "rng": rng_state(t.runtime.device),
+            "batches": batches,
+            "rng": streams[0][1],
+            "rng_by_rank": [rng for _, rng in streams],
+            "world_size": t.dist.world_size,
+            "written_by_rank": t.dist.rank,
             "losses": t.losses,
             "evals": t.evals,
         },
@@ -293,18 +360,37 @@ class TrainResult:
 
 
 def train(cfg: Config, stream: TextIO | None = None) -> TrainResult:
-    """Train from scratch or resume, as `cfg` says; return what happened."""
-    stream = stream or sys.stdout
-    progress = Progress(cfg.max_iters, stream)
-    t = setup(cfg, log=progress.print)
-    with cuda_fast_matmul(t.runtime.device):
-        return _loop(t, progress)
+    """Train from scratch or resume, as `cfg` says; return what happened.
+
+    Under torchrun (WORLD_SIZE > 1 in the environment) this is one of the
+    processes of a DistributedDataParallel run; only rank 0 prints.
+    """
+    dist = distributed.from_env()
+    device = distributed.device_for(
+        cfg.device, dist, mps_available(), torch.cuda.device_count()
+    )
+    if device != cfg.device:
+        cfg = replace_config(cfg, device=device)
+    with contextlib.ExitStack() as stack:
+        if not dist.is_main:
+            stream = stack.enter_context(open(os.devnull, "w"))
+        progress = Progress(cfg.max_iters, stream or sys.stdout)
+        stack.enter_context(distributed.process_group(dist, pick_device(cfg.device)))
+        t = setup(cfg, log=progress.print, dist=dist)
+        with cuda_fast_matmul(t.runtime.device):
+            result = _loop(t, progress)
+    return result
 
 
 def _loop(t: Trainer, progress: Progress) -> TrainResult:
     cfg, rt = t.cfg, t.runtime
+    processes = ""
+    if t.dist.enabled:
+        processes = (
+            f"; {t.dist.world_size} DDP processes, {t.micro_steps} micro-batch(es) each"
+        )
     progress.print(
-        f"{t.model.num_params() / 1e6:.2f}M parameters on {rt.describe()};"
+        f"{t.model.num_params() / 1e6:.2f}M parameters on {rt.describe()}{processes};"
         f" {t.tokens_per_iter:,} tokens per iteration"
     )
     if peak_flops(rt.device, rt.dtype) is None:
@@ -322,16 +408,21 @@ def _loop(t: Trainer, progress: Progress) -> TrainResult:
             it == start and start > 0
         ):
             # A resumed run starts where its checkpoint's evaluation left off.
-            losses = evaluate(t)
-            t.evals.append((it, losses["train"], losses["val"]))
-            progress.print(
-                f"step {it}: train loss {losses['train']:.4f},"
-                f" val loss {losses['val']:.4f}"
+            # Every rank hands rank 0 its stream states; rank 0 alone evaluates.
+            streams = distributed.gather(
+                (t.batches.state_dict(), rng_state(rt.device)), t.dist
             )
-            improved = losses["val"] < t.best_val_loss
-            t.best_val_loss = min(t.best_val_loss, losses["val"])
-            if it > 0 and (improved or cfg.always_save_checkpoint):
-                saved = save(t)
+            if t.dist.is_main:
+                losses = evaluate(t)
+                t.evals.append((it, losses["train"], losses["val"]))
+                progress.print(
+                    f"step {it}: train loss {losses['train']:.4f},"
+                    f" val loss {losses['val']:.4f}"
+                )
+                improved = losses["val"] < t.best_val_loss
+                t.best_val_loss = min(t.best_val_loss, losses["val"])
+                if it > 0 and (improved or cfg.always_save_checkpoint):
+                    saved = save(t, streams)
             last_time, last_iter = time.perf_counter(), it
         if it >= cfg.max_iters:
             break
@@ -341,7 +432,8 @@ def _loop(t: Trainer, progress: Progress) -> TrainResult:
         loss = train_step(t)
         t.iter_num += 1
         if t.iter_num % cfg.log_interval == 0 or t.iter_num == cfg.max_iters:
-            value = loss.item()  # the one host read, every log_interval steps
+            # The one host read, every log_interval steps (the mean over ranks).
+            value = distributed.mean(loss, t.dist).item()
             now = time.perf_counter()
             seconds = (now - last_time) / (t.iter_num - last_iter)
             last_time, last_iter = now, t.iter_num
@@ -349,7 +441,8 @@ def _loop(t: Trainer, progress: Progress) -> TrainResult:
             t.losses.append((it, value))
             progress.update(t.iter_num, value, ms_per_iter, t.mfu(seconds))
     progress.close()
-    _report(t, progress, start)
+    if t.dist.is_main:
+        _report(t, progress, start)
     return TrainResult(t.iter_num, t.losses, t.evals, saved, ms_per_iter)
 
 

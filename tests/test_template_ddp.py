@@ -1,0 +1,127 @@
+"""The generated project under torchrun: 2 gloo processes on the CPU.
+
+Every run is a subprocess (torchrun starts its own workers), with one thread per
+process and a 2-layer, 32-wide model: each launch takes a few seconds on 2 cores.
+The batch streams are split by micro-batch slot, so 2 processes with one
+micro-batch each see exactly the batches one process sees with two; without
+dropout their losses agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+cookiecutter_main = pytest.importorskip("cookiecutter.main")
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():
+    pytest.skip("this PyTorch has no torch.distributed", allow_module_level=True)
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "template"
+PACKAGE = "tiny_gpt"
+SMALL = {
+    "device": "cpu",
+    "n_layer": 2,
+    "n_head": 2,
+    "n_embd": 32,
+    "block_size": 32,
+    "batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "max_iters": 6,
+    "lr_decay_iters": 6,
+    "warmup_iters": 2,
+    "learning_rate": 3e-3,
+    "log_interval": 1,
+    "eval_interval": 3,
+    "eval_iters": 2,
+    "dropout": 0.0,
+    "compile": "false",
+    "plot": "false",
+}
+LOSS = re.compile(r"^iter (\d+): loss ([\d.]+)", re.M)
+EVAL = re.compile(r"^step (\d+): train loss [\d.]+, val loss ([\d.]+)", re.M)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    baked = Path(
+        cookiecutter_main.cookiecutter(
+            str(TEMPLATE),
+            no_input=True,
+            output_dir=str(tmp_path_factory.mktemp("ddp")),
+        )
+    )
+    launch(baked, [], "prepare")
+    return baked
+
+
+def launch(project: Path, args: list[str], command: str = "train", ranks: int = 1):
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": str(project / "src"),
+    }
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    runner = [sys.executable]
+    if ranks > 1:
+        runner += ["-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={ranks}"]  # fmt: skip
+    done = subprocess.run(
+        [*runner, "-m", PACKAGE, command, *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def train(project: Path, out: str, ranks: int, **changes) -> str:
+    settings = {**SMALL, **changes, "out_dir": out}
+    return launch(project, [f"--{k}={v}" for k, v in settings.items()], ranks=ranks)
+
+
+def losses(output: str) -> dict[int, float]:
+    return {int(it): float(loss) for it, loss in LOSS.findall(output)}
+
+
+def test_two_processes_match_one_at_the_same_global_batch(project: Path) -> None:
+    one = train(project, "one", ranks=1)
+    two = train(project, "two", ranks=2)
+    assert "2 DDP processes, 1 micro-batch(es) each" in two
+    assert "512 tokens per iteration" in one and "512 tokens per iteration" in two
+    single, ddp = losses(one), losses(two)
+    assert sorted(single) == sorted(ddp) == [1, 2, 3, 4, 5, 6]
+    for it in single:
+        assert ddp[it] == pytest.approx(single[it], abs=2e-4), (it, one, two)
+    assert single[6] < single[1] - 0.2  # it trained, in both
+    # Rank 0 alone evaluates and prints: each evaluation once, the same values.
+    assert EVAL.findall(two) == EVAL.findall(one)
+    assert [int(s) for s, _ in EVAL.findall(two)] == [0, 3, 6]
+    assert two.count("checkpoint:") == 1
+    files = sorted(p.name for p in (project / "two").iterdir())
+    assert files == ["ckpt.pt", "loss.csv"], files  # no rank's leftovers
+    state = torch.load(project / "two" / "ckpt.pt", weights_only=True)
+    assert state["written_by_rank"] == 0 and state["world_size"] == 2
+    assert sorted(state["batches"]) == [0, 1]  # both ranks' batch streams
+    assert len(state["rng_by_rank"]) == 2
+
+
+def test_a_ddp_run_resumes_exactly_where_it_stopped(project: Path) -> None:
+    # Dropout on: each rank's restored random state matters, not only the batches.
+    whole = losses(train(project, "whole", ranks=2, dropout=0.1))
+    train(project, "split", ranks=2, dropout=0.1, max_iters=3)
+    resumed = train(project, "split", ranks=2, dropout=0.1, init_from="resume")
+    assert "resumed from split/ckpt.pt at iteration 3" in resumed
+    after = losses(resumed)
+    assert sorted(after) == [4, 5, 6]
+    assert after == {it: whole[it] for it in (4, 5, 6)}, (after, whole)
