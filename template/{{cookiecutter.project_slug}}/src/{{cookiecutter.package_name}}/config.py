@@ -83,6 +83,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "init_from": ("scratch", "resume"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile": ("auto", "true", "false"),
+    "compile_mode": ("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
 }
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _TRUE = ("1", "true", "yes", "on")
@@ -142,6 +143,11 @@ class Config:
     device: str = _opt("auto", "auto (mps > cuda > cpu), cpu, mps, cuda or cuda:N")
     dtype: str = _opt("auto", "autocast dtype: auto, float32, bfloat16, float16")
     compile: str = _opt("auto", "torch.compile: auto (CUDA only), true, false")
+    compile_mode: str = _opt(
+        "default",
+        "torch.compile mode: default, reduce-overhead (CUDA graphs),"
+        " max-autotune-no-cudagraphs",
+    )
     plot: bool = _opt(True, "write out_dir/loss.png at the end (needs matplotlib)")
     # sampling
     start: str = _opt("\n", "sample: prompt text, or FILE:path to read it")

@@ -142,7 +142,8 @@ def create(
             ) from exc
     step_model: torch.nn.Module = model
     if runtime.compile:
-        step_model = torch.compile(model)  # type: ignore[assignment]
+        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        step_model = torch.compile(model, mode=mode)  # type: ignore[assignment]
     ddp = None
     if dist.enabled:
         # DDP copies rank 0's weights to every process and averages gradients.
