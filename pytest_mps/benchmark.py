@@ -220,23 +220,25 @@ def pytest_runtest_makereport(
 def sync_targets(item: pytest.Item) -> tuple[str, list[str]]:
     """The device a test's measurements are labelled with, and those to sync.
 
-    A test that takes ``device`` is timed on it. Otherwise every accelerator
-    of the session is synced, and CUDA as well once the test has started it
-    (a test that makes its own CUDA tensors on a ``--device cpu`` session).
+    A test that takes ``device`` is timed on it. Otherwise the label is the
+    session's accelerators (``cpu`` when it has none); every one of them is
+    synced, and CUDA as well once anything in the process has started it (a test
+    that makes its own CUDA tensors on a ``--device cpu`` session is then still
+    timed honestly, though labelled with the device the session was asked for).
     """
     callspec = getattr(item, "callspec", None)
     device = callspec.params.get("device") if callspec is not None else None
     if isinstance(device, str):
         return device, [device]
     chosen = [d for d in item.config.stash[original_devices_key] if d != "cpu"]
+    label = "+".join(chosen) or "cpu"
+    synced = list(chosen) or ["cpu"]
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         current = f"cuda:{torch.cuda.current_device()}"
-        if current not in chosen:
-            chosen.append(current)
-    if not chosen:
-        return "cpu", ["cpu"]
-    return "+".join(chosen), chosen
+        if current not in synced:
+            synced.append(current)
+    return label, synced
 
 
 @pytest.fixture
