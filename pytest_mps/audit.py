@@ -14,7 +14,6 @@ ran with the dispatcher's own registrations and prints where they differ.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Generator, Mapping
 from functools import lru_cache
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_mps import mps_ops
+from pytest_mps.options import argparse_type, choice
 
 AUDIT_HELP = (
     "predict what the suite would do on MPS from the ops each test runs here: "
@@ -52,19 +52,7 @@ table_key = pytest.StashKey[mps_ops.OpTable]()
 _recorder_key = pytest.StashKey["Recorder"]()
 
 
-def parse_level(value: str, where: str) -> str:
-    """Validate an audit level; ValueError naming ``where`` it came from."""
-    text = value.strip().lower()
-    if text not in LEVELS:
-        raise ValueError(f"{where}: {value!r} is not one of {', '.join(LEVELS)}")
-    return text
-
-
-def _level_arg(value: str) -> str:
-    try:
-        return parse_level(value, "--mps-audit")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+parse_level = choice(LEVELS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,7 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         nargs="?",
         const="report",
         default=None,
-        type=_level_arg,
+        type=argparse_type(parse_level, "--mps-audit"),
         metavar="LEVEL",
         help=AUDIT_HELP,
     )

@@ -6,7 +6,6 @@ naming the flag, or a usage error naming the ini option and its file.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from pytest_mps import devices as session_devices
 from pytest_mps.benchmark_storage import FailExpr, parse_fail_expr
 from pytest_mps.benchmark_timer import Settings
+from pytest_mps.options import argparse_check
 
 ONLY_HELP = "run only the tests that use the mps_benchmark fixture."
 SKIP_HELP = "skip the tests that use the mps_benchmark fixture."
@@ -105,17 +105,6 @@ def parse_device_list(value: str, where: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _arg(parse: Callable[[str, str], Any], flag: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        try:
-            parse(value, flag)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return value
-
-    return check
-
-
 def add_options(parser: pytest.Parser) -> None:
     """Add the flags to the plugin's group and their ini twins."""
     group = parser.getgroup("mps")
@@ -143,14 +132,14 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="EXPR",
         action="append",
         default=None,
-        type=_arg(parse_fail_expr, "--mps-benchmark-compare-fail"),
+        type=argparse_check(parse_fail_expr, "--mps-benchmark-compare-fail"),
         help=COMPARE_FAIL_HELP.replace("%", "%%"),  # argparse formats help with %
     )
     add(
         "--mps-benchmark-devices",
         metavar="DEVS",
         default=None,
-        type=_arg(parse_device_list, "--mps-benchmark-devices"),
+        type=argparse_check(parse_device_list, "--mps-benchmark-devices"),
         help=DEVICES_HELP,
     )
     add("--mps-benchmark-storage", metavar="PATH", default=None, help=STORAGE_HELP)
@@ -159,7 +148,13 @@ def add_options(parser: pytest.Parser) -> None:
         ("--mps-benchmark-max-time", parse_seconds, MAX_TIME_HELP),
         ("--mps-benchmark-warmup", parse_warmup, WARMUP_HELP),
     ):
-        add(flag, metavar="VALUE", default=None, type=_arg(parse, flag), help=text)
+        add(
+            flag,
+            metavar="VALUE",
+            default=None,
+            type=argparse_check(parse, flag),
+            help=text,
+        )
     parser.addini("mps_benchmark_autosave", AUTOSAVE_HELP, type="bool", default=False)
     parser.addini(
         "mps_benchmark_compare_fail", COMPARE_FAIL_HELP, type="linelist", default=[]

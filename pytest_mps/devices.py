@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from collections.abc import Iterable
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_mps import backend
+from pytest_mps.options import argparse_type
 
 if TYPE_CHECKING:
     import torch
@@ -53,13 +53,6 @@ def parse_device(value: str, where: str) -> str:
     return f"cuda:{index or 0}"
 
 
-def _device_arg(value: str) -> str:
-    try:
-        return parse_device(value, "")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mps", "pytest-mps: PyTorch devices, timing and hygiene")
     group.addoption(
@@ -67,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mps-device",
         action="append",
         dest="mps_devices",
-        type=_device_arg,
+        type=argparse_type(parse_device, "--device"),
         metavar="DEV",
         default=None,
         help=DEVICE_HELP,

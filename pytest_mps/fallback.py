@@ -15,7 +15,6 @@ the op raises ``NotImplementedError`` (``mps_error_fallback``, same file).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 
 from pytest_mps.findings import TestFindings, describe, findings_for
+from pytest_mps.options import argparse_type, choice
 from pytest_mps.watch import user_location
 
 FALLBACK_HELP = (
@@ -65,19 +65,7 @@ _FILTER = r"(The operator '[^']+' is not currently supported on the MPS backend|
 _SUFFIX = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
 
 
-def parse_mode(value: str, where: str) -> str:
-    """One of error/warn/off; ValueError naming ``where`` otherwise."""
-    text = value.strip().lower()
-    if text not in MODES:
-        raise ValueError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
-    return text
-
-
-def _mode_arg(value: str) -> str:
-    try:
-        return parse_mode(value, "--mps-fallback")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+parse_mode = choice(MODES)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,7 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mps-fallback",
         dest="mps_fallback",
-        type=_mode_arg,
+        type=argparse_type(parse_mode, "--mps-fallback"),
         metavar="{error,warn,off}",
         default=None,
         help=FALLBACK_HELP,

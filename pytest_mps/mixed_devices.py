@@ -11,7 +11,6 @@ turn it on anywhere (CPU vs meta tensors show it on a machine without GPU).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Generator, Mapping
 from functools import lru_cache
@@ -21,6 +20,7 @@ import pytest
 
 from pytest_mps.devices import devices_key
 from pytest_mps.findings import TestFindings, describe, findings_for
+from pytest_mps.options import argparse_type, choice
 from pytest_mps.watch import OpCallback, user_location
 
 MIXED_HELP = (
@@ -33,19 +33,7 @@ MODES = ("error", "warn", "off")
 mode_key = pytest.StashKey[str]()
 
 
-def parse_mode(value: str, where: str) -> str:
-    """One of error/warn/off; ValueError naming ``where`` otherwise."""
-    text = value.strip().lower()
-    if text not in MODES:
-        raise ValueError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
-    return text
-
-
-def _mode_arg(value: str) -> str:
-    try:
-        return parse_mode(value, "--mps-mixed-devices")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+parse_mode = choice(MODES)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mps-mixed-devices",
         dest="mps_mixed_devices",
-        type=_mode_arg,
+        type=argparse_type(parse_mode, "--mps-mixed-devices"),
         metavar="{error,warn,off}",
         default=None,
         help=MIXED_HELP,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import zlib
 from collections.abc import Generator
 
 import pytest
+
+from pytest_mps.options import argparse_check
 
 SEED_HELP = (
     "seed for the 'seed' fixture: an integer for every test, or 'random' for a "
@@ -35,18 +36,14 @@ def parse_seed(value: str, where: str) -> int | None:
     return seed
 
 
-def _seed_arg(value: str) -> str:
-    try:
-        parse_seed(value, "--mps-seed")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mps")
     group.addoption(
-        "--mps-seed", dest="mps_seed", type=_seed_arg, metavar="N", help=SEED_HELP
+        "--mps-seed",
+        dest="mps_seed",
+        type=argparse_check(parse_seed, "--mps-seed"),
+        metavar="N",
+        help=SEED_HELP,
     )
     parser.addini("mps_seed", SEED_HELP, default=None)
 
