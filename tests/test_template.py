@@ -235,9 +235,17 @@ def test_the_workflow_is_yaml_with_its_expressions_intact(project: Path) -> None
         "${{ matrix.python-version }}"
     )
     assert "tiny-gpt train --preset=tiny" in steps["Smoke run"]["run"]
+    assert steps["Tests and MPS audit"]["run"] == "pytest --mps-audit=report"
+    ddp = steps["Smoke run, 2 processes (DDP over gloo on the CPU)"]["run"]
+    assert "--nproc_per_node=2 -m tiny_gpt train" in ddp and "\n" not in ddp
     mac = workflow["jobs"]["macos-mps"]
     assert mac["if"] == "${{ vars.HAS_MAC_RUNNER == 'true' }}"
-    assert mac["steps"][-1]["run"].endswith("pytest --mps")
+    # Hosted macOS runners have no Metal GPU: the job is for a self-hosted Mac.
+    assert "self-hosted" in mac["runs-on"] and "ARM64" in mac["runs-on"]
+    assert "self-hosted Apple-silicon Mac" in text and "without a Metal GPU" in text
+    check = mac["steps"][-2]["run"]
+    assert "torch.backends.mps.is_available()" in check and "\n" not in check
+    assert mac["steps"][-1]["run"] == ".venv/bin/pytest --mps"
 
 
 def test_the_workflow_tests_the_lowest_python_once(tmp_path: Path) -> None:

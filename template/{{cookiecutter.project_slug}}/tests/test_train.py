@@ -17,7 +17,7 @@ from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.config import replace
 from {{ cookiecutter.package_name }}.data import prepare
 from {{ cookiecutter.package_name }}.device import peak_flops
-from {{ cookiecutter.package_name }}.errors import CheckpointError
+from {{ cookiecutter.package_name }}.errors import CheckpointError, ConfigError
 from {{ cookiecutter.package_name }}.sample import sample
 from {{ cookiecutter.package_name }}.train import (
     Progress,
@@ -274,3 +274,14 @@ def test_on_a_terminal_progress_is_one_redrawn_bar():
     assert out.count("\r[") == 2 and out.endswith("\n")
     assert "[###############...............] 2/4 loss 3.2500 12.0 ms/iter" in out
     assert "4/4 loss 2.5000 11.0 ms/iter, mfu 12.3%" in out
+
+
+def test_cuda_graphs_are_refused_while_accumulating_gradients(small_config):
+    cfg = replace(small_config, compile="true", compile_mode="reduce-overhead",
+                  gradient_accumulation_steps=2)  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"compile_mode='reduce-overhead' with gradient_accumulation_steps=2"
+        r" \(2 micro-batches per process\)",
+    ):
+        setup(cfg, log=lambda _: None)

@@ -145,8 +145,8 @@ class Config:
     compile: str = _opt("auto", "torch.compile: auto (CUDA only), true, false")
     compile_mode: str = _opt(
         "default",
-        "torch.compile mode: default, reduce-overhead (CUDA graphs),"
-        " max-autotune-no-cudagraphs",
+        "torch.compile mode: default, reduce-overhead (CUDA graphs; needs"
+        " gradient_accumulation_steps=1 per process), max-autotune-no-cudagraphs",
     )
     plot: bool = _opt(True, "write out_dir/loss.png at the end (needs matplotlib)")
     # sampling

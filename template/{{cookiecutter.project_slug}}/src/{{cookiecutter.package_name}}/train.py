@@ -41,7 +41,7 @@ from .device import (
     to_device,
 )
 from .distributed import Dist
-from .errors import CheckpointError, DeviceError
+from .errors import CheckpointError, ConfigError, DeviceError
 from .model import GPT, GPTConfig
 
 # GPT-2's 50257 tokens padded to a multiple of 64: faster matmuls (nanoGPT).
@@ -66,6 +66,7 @@ class Trainer:
     best_val_loss: float = math.inf
     losses: list[tuple[int, float]] = field(default_factory=list)
     evals: list[tuple[int, float, float]] = field(default_factory=list)
+    compile_mode: str = "off"  # the torch.compile mode in use, or off
 
     @property
     def tokens_per_iter(self) -> int:
@@ -141,8 +142,10 @@ def create(
                 " use --dtype=bfloat16 or --dtype=float32"
             ) from exc
     step_model: torch.nn.Module = model
+    compile_mode = "off"
     if runtime.compile:
-        mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+        compile_mode = pick_compile_mode(cfg, micro_steps)
+        mode = None if compile_mode == "default" else compile_mode
         step_model = torch.compile(model, mode=mode)  # type: ignore[assignment]
     ddp = None
     if dist.enabled:
@@ -163,11 +166,31 @@ def create(
     )  # fmt: skip
     return Trainer(
         cfg, runtime, model, step_model, ddp, dist, micro_steps, optimizer, scaler,
-        batches, splits, tokenizer_meta,
+        batches, splits, tokenizer_meta, compile_mode=compile_mode,
     )  # fmt: skip
 
 
-def _no_buffer_sync() -> dict[str, bool]:
+def pick_compile_mode(cfg: Config, micro_steps: int) -> str:
+    """The torch.compile mode, refusing CUDA graphs with gradient accumulation.
+
+    reduce-overhead replays the step's ~600 kernels as CUDA graphs: 5.7 ms/iter
+    against 11.1 ms in the default mode (shakespeare_char, H100, train_speed.py).
+    A graph's outputs are overwritten by its next replay, and accumulating
+    gradients keeps the previous micro-batch's in .grad: PyTorch then fails with
+    "accessing tensor output of CUDAGraphs that has been overwritten".
+    """
+    if cfg.compile_mode == "reduce-overhead" and micro_steps > 1:
+        raise ConfigError(
+            f"compile_mode='reduce-overhead' with gradient_accumulation_steps="
+            f"{cfg.gradient_accumulation_steps} ({micro_steps} micro-batches per"
+            " process): CUDA graphs overwrite the gradients being accumulated;"
+            " use --compile_mode=default, or a larger --batch_size with"
+            " --gradient_accumulation_steps=1 per process"
+        )
+    return cfg.compile_mode
+
+
+def _no_buffer_sync() -> dict[str, Any]:
     # The model's one buffer (positions) is a constant: no broadcast per forward.
     # Newer PyTorch renamed DDP's broadcast_buffers to forward_sync_buffers.
     names = inspect.signature(DistributedDataParallel.__init__).parameters
@@ -390,8 +413,10 @@ def _loop(t: Trainer, progress: Progress) -> TrainResult:
         processes = (
             f"; {t.dist.world_size} DDP processes, {t.micro_steps} micro-batch(es) each"
         )
+    mode = f" ({t.compile_mode})" if rt.compile else ""
     progress.print(
-        f"{t.model.num_params() / 1e6:.2f}M parameters on {rt.describe()}{processes};"
+        f"{t.model.num_params() / 1e6:.2f}M parameters on {rt.describe()}{mode}"
+        f"{processes};"
         f" {t.tokens_per_iter:,} tokens per iteration"
     )
     if peak_flops(rt.device, rt.dtype) is None:
