@@ -250,7 +250,7 @@ def train_step(t: Trainer) -> torch.Tensor:
     device tensor; reading it is the caller's choice.
     """
     steps = t.micro_steps
-    model = t.ddp or t.step_model
+    model = t.ddp if t.ddp is not None else t.step_model
     total: torch.Tensor | None = None
     for i in range(steps):
         x, y = t.batches.next()
