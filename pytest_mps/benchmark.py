@@ -217,20 +217,47 @@ def pytest_runtest_makereport(
 # -- the fixture --------------------------------------------------------------------
 
 
-def sync_targets(item: pytest.Item) -> tuple[str, list[str]]:
+def _argument_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """Accelerators of the tensors passed to the measured call (one level deep)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    found: list[str] = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, dict):
+            inner = list(value.values())
+        elif isinstance(value, (list, tuple)):
+            inner = list(value)
+        else:
+            inner = [value]
+        for leaf in inner:
+            if isinstance(leaf, torch.Tensor) and leaf.device.type not in (
+                "cpu",
+                "meta",
+            ):
+                name = session_devices.parse_device(str(leaf.device), "")
+                if name not in found:
+                    found.append(name)
+    return found
+
+
+def sync_targets(
+    item: pytest.Item, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, list[str]]:
     """The device a test's measurements are labelled with, and those to sync.
 
     A test that takes ``device`` is timed on it. Otherwise the label is the
-    session's accelerators (``cpu`` when it has none); every one of them is
-    synced, and CUDA as well once anything in the process has started it (a test
-    that makes its own CUDA tensors on a ``--device cpu`` session is then still
-    timed honestly, though labelled with the device the session was asked for).
+    session's accelerators and those of the tensors passed to the measured call
+    (``cpu`` when there are none); each is synced, and CUDA as well once anything
+    in the process has started it, so a closure over CUDA tensors on a
+    ``--device cpu`` session is still timed honestly.
     """
     callspec = getattr(item, "callspec", None)
     device = callspec.params.get("device") if callspec is not None else None
     if isinstance(device, str):
         return device, [device]
     chosen = [d for d in item.config.stash[original_devices_key] if d != "cpu"]
+    chosen += [d for d in _argument_devices(args, kwargs) if d not in chosen]
     label = "+".join(chosen) or "cpu"
     synced = list(chosen) or ["cpu"]
     torch = sys.modules.get("torch")

@@ -111,7 +111,9 @@ class MpsBenchmark:
         self,
         item: pytest.Item,
         settings: Settings,
-        targets: Callable[[pytest.Item], tuple[str, list[str]]],
+        targets: Callable[
+            [pytest.Item, tuple[Any, ...], dict[str, Any]], tuple[str, list[str]]
+        ],
         group: str | None,
         compare_fail: tuple[str, ...],
     ) -> None:
@@ -123,7 +125,7 @@ class MpsBenchmark:
         self._last: Result | None = None
         self._pending: list[tuple[str | None, Result, Settings]] = []
         #: The device the measurements are labelled with (``cpu``, ``cuda:0``).
-        self.device, self.synced_devices = targets(item)
+        self.device, self.synced_devices = targets(item, (), {})
         #: The group the results are shown and saved under.
         self.group = group
         self.compare_fail = compare_fail
@@ -232,7 +234,7 @@ class MpsBenchmark:
             raise TypeError(f"mps_benchmark: {fn!r} is not callable")
         if self._probe is None:
             # Decided at the first measurement, when the test has made its tensors.
-            self.device, self.synced_devices = self._targets(self._item)
+            self.device, self.synced_devices = self._targets(self._item, args, kwargs)
             self._probe = make_probe(self._item.config, self.synced_devices)
         release_memory(self.synced_devices)
         result, value = measure(

@@ -392,3 +392,20 @@ def test_plugin_module_imports_without_pytest_running() -> None:
         check=True,
     )
     assert out.stdout.strip() == "False"
+
+
+def test_the_label_follows_the_accelerator_tensors_passed_to_the_call() -> None:
+    # FakeTensorMode makes tensors whose device really is mps:0, even on Linux.
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pytest_mps.benchmark import _argument_devices
+
+    with FakeTensorMode():
+        on_mps = torch.zeros(2, device="mps")
+    cpu = torch.zeros(2)
+    assert _argument_devices((on_mps, cpu), {}) == ["mps"]
+    assert _argument_devices(([cpu], {"x": on_mps}), {"y": on_mps}) == ["mps"]
+    assert (
+        _argument_devices((cpu, range(3)), {"z": torch.zeros(1, device="meta")}) == []
+    )
