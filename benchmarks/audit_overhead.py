@@ -19,70 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+import watch_overhead  # the same nanoGPT step, from this folder
 
 from pytest_mps import mps_ops, watch
 from pytest_mps.audit import Recorder
 
 
-class Block(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-        self.ln2 = nn.LayerNorm(width)
-        self.fc = nn.Linear(width, 4 * width)
-        self.out = nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (
-            t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)
-        )
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-
-class GPT(nn.Module):
-    def __init__(
-        self, vocab: int = 65, block: int = 256, layers: int = 6, width: int = 384
-    ) -> None:
-        super().__init__()
-        self.wte = nn.Embedding(vocab, width)
-        self.wpe = nn.Embedding(block, width)
-        self.blocks = nn.ModuleList(Block(width, 6) for _ in range(layers))
-        self.ln = nn.LayerNorm(width)
-        self.head = nn.Linear(width, vocab, bias=False)
-        self.wte.weight = self.head.weight
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-
-
 def make_step(batch: int) -> Callable[[], None]:
-    torch.manual_seed(0)
-    model = GPT()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    idx = torch.randint(0, 65, (batch, 256))
-    targets = torch.randint(0, 65, (batch, 256))
-
-    def step() -> None:
-        loss = model(idx, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    """The nanoGPT shakespeare_char training step that watch_overhead.py times."""
+    return watch_overhead.make_step(torch.device("cpu"), batch)
 
 
 def timed(step: Callable[[], None], mode: Any | None) -> float:
