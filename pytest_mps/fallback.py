@@ -185,20 +185,42 @@ def _op_name(name: str) -> str:
     return name if "::" in name else f"aten::{name}"
 
 
-def allowed_ops_for(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
-    """Ops allowed to fall back in ``item``; None means every op."""
+_allow_error_key = pytest.StashKey[str]()
+
+
+def _parse_allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
     allowed = set(state.allowed)
     for mark in item.iter_markers("mps_allow_fallback"):
         if not mark.args:
             return None
         for arg in mark.args:
             if not isinstance(arg, str):
-                raise pytest.UsageError(
+                raise ValueError(
                     f"@pytest.mark.mps_allow_fallback on {item.nodeid}: "
                     f"{arg!r} is not an op name such as 'aten::_linalg_svd'"
                 )
             allowed.add(_op_name(arg))
     return frozenset(allowed)
+
+
+def allowed_ops_for(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
+    """Ops allowed to fall back in ``item``; None means every op.
+
+    A bad marker allows nothing here and fails the test at setup, naming the
+    marker and the test, instead of stopping the session.
+    """
+    try:
+        return _parse_allowed(item, state)
+    except ValueError as exc:
+        item.stash[_allow_error_key] = str(exc)
+        return frozenset()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    error = item.stash.get(_allow_error_key, None)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
 
 
 def is_allowed(op: str, allowed: frozenset[str] | None) -> bool:

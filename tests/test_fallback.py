@@ -363,3 +363,29 @@ def test_no_mps_plugin_turns_fallback_detection_off(
     result = user_suite.runpytest("-p", "no:mps")
     result.assert_outcomes(passed=3, warnings=6)
     result.stdout.no_fnmatch_line("*pytest-mps*")
+
+
+def test_bad_allow_marker_fails_that_test_naming_marker_and_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mps_allow_fallback(3)
+        def test_bad():
+            pass
+
+        def test_ok():
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.mps_allow_fallback on test_bad_allow_marker_fails_that_test"
+            "_naming_marker_and_test.py::test_bad: 3 is not an op name such as "
+            "'aten::_linalg_svd'"
+        ]
+    )
