@@ -12,11 +12,25 @@ every `log_interval` steps, exactly as `train._loop` does, without evaluations)
 for each configuration: eager, compiled and, with --modes, other torch.compile
 modes. `--baseline` adds the same steps of a loop written like nanoGPT's
 train.py and model.py (per-step batches from a np.memmap, pinned and copied to
-the GPU, the next batch fetched during the forward pass, GradScaler calls,
-positions made by torch.arange every forward, `loss.item()` every log_interval);
-nanoGPT itself cannot be fetched here, so this is a re-implementation of its
-behaviour, and the issue's anchor figures (nanoGPT's train.py on an H100, torch
-2.11, bf16: 15.2 ms eager, 12.6 ms compiled) are printed beside it.
+the GPU, the next batch fetched during the forward pass, GradScaler calls, the
+loss divided by gradient_accumulation_steps, gradient clipping, positions made
+by torch.arange every forward, `loss.item()` every log_interval): the Nano*
+classes below are a re-implementation of nanoGPT's behaviour, written from its
+documented facts, not a copy of its code.
+
+`--nanogpt=DIR` (with --baseline) measures the real thing from a user's nanoGPT
+checkout DIR (model.py, train.py, configurator.py; this repository never ships
+it): the baseline loop additionally runs with DIR/model.py's own `GPT`,
+`GPTConfig` and `GPT.configure_optimizers` (imported by path), timed exactly
+like the template; and DIR/train.py itself runs as a subprocess, on the same
+prepared corpus written in nanoGPT's format (data/<dataset>/train.bin, val.bin
+as uint16, meta.pkl with vocab_size, itos, stoi), with the preset's settings on
+its command line (and config/train_<preset>.py first where DIR has one),
+--eval_interval past the run, wandb off, once with the config's log_interval
+(10) and once with --log_interval=1; the median of its printed `iter N: ...
+time X ms` over N in warmup..iters is its figure (host wall clock per
+iteration, nanoGPT's own method). The issue's anchor (nanoGPT's train.py on an
+H100, torch 2.11, bf16: 15.2 ms eager, 12.6 ms compiled) is printed beside.
 
 Per-iteration times: on CUDA from events recorded between iterations (no host
 sync inside the loop; a host-bound loop shows its gaps), on the CPU from the
@@ -31,11 +45,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import inspect
+import io
 import json
 import math
 import os
+import pickle
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -335,8 +355,22 @@ class NanoGPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
 
 
-def run_baseline(pkg, args, compile: bool) -> dict[str, Any]:
-    """nanoGPT's train.py loop with the same preset, on the same prepared data."""
+def load_nanogpt_model(folder: Path):
+    """DIR/model.py of a nanoGPT checkout, imported by path (its GPT, GPTConfig)."""
+    path = Path(folder) / "model.py"
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    if spec is None or spec.loader is None:
+        sys.exit(f"--nanogpt: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]:
+    """nanoGPT's train.py loop with the same preset, on the same prepared data.
+
+    real: the model and optimizer from --nanogpt's model.py instead of Nano*.
+    """
     cfg = template_config(pkg, args)
     device = pkg.device.pick_device(cfg.device)
     dtype = pkg.device.pick_dtype(device, cfg.dtype)
@@ -384,11 +418,17 @@ def run_baseline(pkg, args, compile: bool) -> dict[str, Any]:
         dropout=cfg.dropout,
         bias=cfg.bias,
     )
-    model = NanoGPT(shape).to(device)
+    if real:
+        nanogpt = load_nanogpt_model(args.nanogpt)
+        with contextlib.redirect_stdout(io.StringIO()):  # its parameter-count prints
+            model = nanogpt.GPT(nanogpt.GPTConfig(**vars(shape))).to(device)
+    else:
+        model = NanoGPT(shape).to(device)
     scaler = torch.amp.GradScaler(device_type, enabled=(dtype == torch.float16))
-    optimizer = model.configure_optimizers(
-        cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type
-    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        optimizer = model.configure_optimizers(
+            cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type
+        )
     step_model = torch.compile(model) if compile else model
     accum = cfg.gradient_accumulation_steps
     batch = [get_batch()]
@@ -424,10 +464,126 @@ def run_baseline(pkg, args, compile: bool) -> dict[str, Any]:
     result.update(
         tokens_per_s=tokens / seconds,
         mfu=None if peak is None else gpt.flops_per_token() * tokens / seconds / peak,
-        runtime=f"{device}, {str(dtype).removeprefix('torch.')}, nanoGPT-style",
+        runtime=f"{device}, {str(dtype).removeprefix('torch.')},"
+        f" {'nanoGPT model.py' if real else 'nanoGPT-style'}",
         params_m=gpt.num_params() / 1e6,
     )
     return result
+
+
+# ------------------------------------------------------- nanoGPT's own train.py
+NANOGPT_LINE = re.compile(r"^iter (\d+): loss ([-+\d.eE]+|nan), time ([\d.]+)ms")
+
+
+def write_nanogpt_data(folder: Path, target: Path) -> int:
+    """The prepared dataset in nanoGPT's format: train.bin, val.bin, meta.pkl."""
+    meta = json.loads((folder / "meta.json").read_text())
+    tokenizer = meta["tokenizer"]
+    target.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):  # both are raw uint16 token ids already
+        shutil.copyfile(folder / f"{split}.bin", target / f"{split}.bin")
+    nano_meta: dict[str, Any] = {"vocab_size": int(tokenizer["vocab_size"])}
+    if tokenizer.get("kind") == "char":
+        chars = tokenizer["chars"]
+        nano_meta["itos"] = dict(enumerate(chars))
+        nano_meta["stoi"] = {c: i for i, c in enumerate(chars)}
+    with open(target / "meta.pkl", "wb") as f:
+        pickle.dump(nano_meta, f)
+    return nano_meta["vocab_size"]
+
+
+def run_nanogpt_train(pkg, args, compile: bool, log_interval: int) -> dict[str, Any]:
+    """DIR/train.py as a subprocess; the median of its printed per-iteration times."""
+    cfg = template_config(pkg, args)
+    device = pkg.device.pick_device(cfg.device)
+    dtype = pkg.device.pick_dtype(device, cfg.dtype)
+    source = Path(args.nanogpt)
+    work = Path(tempfile.mkdtemp(prefix="nanogpt-run-", dir=args.data_dir.parent))
+    for name in ("train.py", "model.py", "configurator.py"):
+        shutil.copyfile(source / name, work / name)
+    write_nanogpt_data(Path(cfg.data_dir) / cfg.dataset, work / "data" / cfg.dataset)
+    command = [sys.executable, "train.py"]
+    config_file = source / "config" / f"train_{args.preset}.py"
+    if config_file.is_file():  # nanoGPT's own config first, as the issue's anchor ran
+        (work / "config").mkdir()
+        shutil.copyfile(config_file, work / "config" / config_file.name)
+        command.append(f"config/{config_file.name}")
+    settings = {  # the preset's run, spelled out (configurator.py checks the types)
+        "dataset": cfg.dataset,
+        "batch_size": cfg.batch_size,
+        "block_size": cfg.block_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "n_embd": cfg.n_embd,
+        "dropout": float(cfg.dropout),
+        "bias": bool(cfg.bias),
+        "learning_rate": float(cfg.learning_rate),
+        "min_lr": float(cfg.min_lr),
+        "warmup_iters": cfg.warmup_iters,
+        "lr_decay_iters": cfg.lr_decay_steps,
+        "weight_decay": float(cfg.weight_decay),
+        "beta1": float(cfg.beta1),
+        "beta2": float(cfg.beta2),
+        "grad_clip": float(cfg.grad_clip),
+        "max_iters": args.iters,
+        "eval_interval": 10 * args.iters + 1000,  # only the evaluation at iter 0
+        "eval_iters": cfg.eval_iters,
+        "log_interval": log_interval,
+        "always_save_checkpoint": False,
+        "wandb_log": False,
+        "out_dir": "out",
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "compile": compile,
+    }
+    command += [f"--{key}={value}" for key, value in settings.items()]
+    begun = time.perf_counter()
+    proc = subprocess.run(
+        command,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=args.nanogpt_timeout_s,
+        check=False,
+    )
+    wall = time.perf_counter() - begun
+    lines = [NANOGPT_LINE.match(line) for line in proc.stdout.splitlines()]
+    points = {int(m[1]): (float(m[2]), float(m[3])) for m in lines if m}
+    if proc.returncode != 0 or not points:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"train.py exited {proc.returncode}; output tail:\n{tail}")
+    timed = [ms for it, (_, ms) in points.items() if args.warmup <= it < args.iters]
+    last = max(it for it in points if it < args.iters)
+    tail_losses = [
+        v for it, (v, _) in points.items() if args.iters - 50 <= it < args.iters
+    ]
+    median = statistics.median(timed)
+    tokens = cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps
+    peak = pkg.device.peak_flops(device, dtype)
+    meta = json.loads((Path(cfg.data_dir) / cfg.dataset / "meta.json").read_text())
+    gpt = pkg.model.GPT(pkg.train.model_config(cfg, meta["tokenizer"]))
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "ms_per_iter": median,
+        "ms_mean": statistics.fmean(timed),
+        "timed_iters": f"{args.warmup}..{args.iters} ({len(timed)} printed)",
+        "wall_s": wall,
+        "loss_last": points[last][0],
+        "loss_last_iter": last + 1,  # steps done when that loss was computed
+        "loss_tail_mean": statistics.fmean(tail_losses),
+        "losses": {it + 1: v for it, (v, _) in points.items()},
+        "peak_memory_mib": None,
+        "memory_growth_mib": None,
+        "tokens_per_s": tokens / (median / 1000),
+        "mfu": None
+        if peak is None
+        else gpt.flops_per_token() * tokens / (median / 1000) / peak,
+        "runtime": f"nanoGPT train.py, {device}, {settings['dtype']}, host clock,"
+        f" log_interval={log_interval}",
+        "params_m": gpt.num_params() / 1e6,
+        "command": " ".join(command[1:]),
+    }
 
 
 # --------------------------------------------------------------------- main
@@ -456,6 +612,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the nanoGPT-style loop, eager and compiled",
     )
+    parser.add_argument(
+        "--nanogpt",
+        type=Path,
+        help="a nanoGPT checkout: with --baseline, also time its model.py in the"
+        " baseline loop and run its train.py (never shipped here)",
+    )
+    parser.add_argument(
+        "--nanogpt_log_intervals",
+        default="10,1",
+        help="comma list: a train.py run for each of these log_interval values",
+    )
+    parser.add_argument(
+        "--nanogpt_timeout_s",
+        type=float,
+        default=480,
+        help="limit for one train.py subprocess",
+    )
     parser.add_argument("--project", type=Path, help="an already baked project")
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument(
@@ -467,6 +640,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.iters <= args.warmup + 1:
         parser.error(f"--iters={args.iters} must exceed --warmup={args.warmup} + 1")
+    if args.nanogpt is not None:
+        missing = [
+            name
+            for name in ("model.py", "train.py", "configurator.py")
+            if not (args.nanogpt / name).is_file()
+        ]
+        if missing:
+            parser.error(f"--nanogpt={args.nanogpt} lacks {', '.join(missing)}")
+        args.nanogpt = args.nanogpt.resolve()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         project = args.project or bake(args.preset, Path(tmp))
@@ -498,12 +680,29 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
             if args.baseline and name in ("eager", "compiled"):
+                compiled = name == "compiled"
                 runs.append(
                     (
                         f"nanoGPT-style {name}",
-                        lambda c=name == "compiled": run_baseline(pkg, args, c),
+                        lambda c=compiled: run_baseline(pkg, args, c),
                     )
                 )
+                if args.nanogpt is not None:
+                    runs.append(
+                        (
+                            f"nanoGPT model.py {name}",
+                            lambda c=compiled: run_baseline(pkg, args, c, real=True),
+                        )
+                    )
+                    for interval in args.nanogpt_log_intervals.split(","):
+                        runs.append(
+                            (
+                                f"nanoGPT train.py {name} log{int(interval)}",
+                                lambda c=compiled, i=int(interval): run_nanogpt_train(
+                                    pkg, args, c, i
+                                ),
+                            )
+                        )
         results: dict[str, Any] = {}
         for label, fn in runs:
             if args.budget_s and time.perf_counter() - started > args.budget_s:
@@ -536,12 +735,14 @@ def summary(r: dict[str, Any]) -> str:
         return f"ERROR {r['error']}"
     mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "unknown"
     peak = r["peak_memory_mib"]
+    growth = r["memory_growth_mib"]
     return (
         f"{r['ms_per_iter']:.2f} ms/iter (median; mean {r['ms_mean']:.2f}),"
         f" {r['tokens_per_s']:,.0f} tok/s, MFU {mfu}, loss {r['loss_last']:.4f}"
         f" (last-50 mean {r['loss_tail_mean']:.4f}), peak"
         f" {'-' if peak is None else f'{peak:.0f} MiB'}, growth"
-        f" {r['memory_growth_mib']:+.1f} MiB; {r['total_s']:.0f} s incl. compile"
+        f" {'-' if growth is None else f'{growth:+.1f} MiB'};"
+        f" {r['total_s']:.0f} s incl. compile"
         f" [{r['runtime']}]"
     )
 
@@ -578,12 +779,27 @@ def print_table(results: dict[str, Any], args: argparse.Namespace, pkg) -> None:
             f"{ratio:.2f}" if ratio is not None else "-",
             f"{r['tokens_per_s']:,.0f}",
             f"{r['mfu']:.1%}" if r["mfu"] is not None else "unknown",
-            f"{r['loss_last']:.4f}",
+            f"{r['loss_last']:.4f}"
+            + (f" @{r['loss_last_iter']}" if "loss_last_iter" in r else ""),
             f"{r['loss_tail_mean']:.4f}",
             f"{r['peak_memory_mib']:.0f}" if r["peak_memory_mib"] is not None else "-",
-            f"{r['memory_growth_mib']:+.1f}",
+            "-" if r["memory_growth_mib"] is None else f"{r['memory_growth_mib']:+.1f}",
         )
         print("| " + " | ".join(cells) + " |")
+    for kind in ("eager", "compiled"):
+        mine = results.get(f"template {kind}", {}).get("ms_per_iter")
+        others = [
+            (label, r["ms_per_iter"])
+            for label, r in results.items()
+            if label.startswith("nanoGPT")
+            and kind in label.split()
+            and "ms_per_iter" in r
+        ]
+        if mine is not None and others:
+            print(
+                f"template {kind} / "
+                + "; ".join(f"{label}: {mine / ms:.2f}x" for label, ms in others)
+            )
     if device.type == "cuda":
         print(
             f"anchor: {ANCHOR_MS['eager']} ms eager, {ANCHOR_MS['compiled']} ms"
