@@ -9,8 +9,12 @@ configurations run interleaved, round after round, so drift hits all alike:
 - ``fallback``: the default per test: warn-always on, PyTorch's MPS fallback
   warnings captured (``pytest_mps.fallback.capture_fallbacks``); no dispatch mode.
 - ``empty-mode``: the watch mode with no callbacks (the floor of any mode).
-- ``all-on``: fallback capture + one watch mode running the mixed-device guard
-  and the host-sync guard.
+- ``all-on``: fallback capture + the mixed-device guard and the host-sync
+  guard, as a watched test runs them: through the front
+  (``pytest_mps.watch_front``), which lets calls known to be clean run
+  unwatched and watches every other call op by op.
+- ``all-on-every-op``: the same guards with every aten op watched
+  (``--mps-watch-every-op``).
 
 Usage: ``python benchmarks/watch_overhead.py [--device cpu|cuda] [--rounds N]
 [--steps N] [--json PATH]``. Goals: fallback <= 1.05x; all-on <= 1.10x on CPU,
@@ -34,6 +38,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +53,8 @@ from pytest_mps.fallback import capture_fallbacks  # noqa: E402
 from pytest_mps.findings import TestFindings  # noqa: E402
 from pytest_mps.host_sync import SyncGuard  # noqa: E402
 from pytest_mps.mixed_devices import DeviceGuard  # noqa: E402
-from pytest_mps.watch import watch_mode  # noqa: E402
+from pytest_mps.watch import watch_mode, watching  # noqa: E402
+from pytest_mps.watch_front import _is_clean, clean_calls  # noqa: E402
 
 
 @dataclass
@@ -183,27 +189,53 @@ def empty_mode() -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def all_on() -> Iterator[None]:
-    found = TestFindings()
-    # count_cpu=False: AdamW keeps its step counters on the CPU and reads them
-    # with .item(), which syncs nothing on any device.
-    guards = [DeviceGuard(found), SyncGuard(False, "benchmark", found)]
-    with capture_fallbacks(found), watch_mode(guards):
-        yield
-    if found.entries:
-        print(
-            "all-on findings:",
-            [(f.kind, f.op, f.count) for f in found.entries.values()],
-        )
+def guarded(every_op: bool) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    @contextlib.contextmanager
+    def config() -> Iterator[None]:
+        found = TestFindings()
+        # count_cpu=False: AdamW keeps its step counters on the CPU and reads
+        # them with .item(), which syncs nothing on any device.
+        guards = [DeviceGuard(found), SyncGuard(False, "benchmark", found)]
+        with capture_fallbacks(found), watching(guards, every_op=every_op):
+            yield
+        if found.entries:
+            print(
+                "all-on findings:",
+                [(f.kind, f.op, f.count) for f in found.entries.values()],
+            )
+
+    return config
 
 
 CONFIGS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "baseline": nothing,
     "fallback": fallback_default,
     "empty-mode": empty_mode,
-    "all-on": all_on,
+    "all-on": guarded(every_op=False),
+    "all-on-every-op": guarded(every_op=True),
 }
+
+
+def watched_calls(step: Callable[[], None]) -> tuple[int, Counter[str]]:
+    """API calls of one step, and those the front watches op by op, by name."""
+    from torch.overrides import TorchFunctionMode
+
+    table = clean_calls()
+    calls = [0]
+    watched: Counter[str] = Counter()
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            calls[0] += 1
+            kind = table.get(func)
+            if kind is None or not _is_clean(kind, func, args, kwargs):
+                watched[getattr(func, "__qualname__", repr(func))] += 1
+            return func(*args, **kwargs)
+
+    with Count():
+        step()
+    return calls[0], watched
 
 
 def count_ops(step: Callable[[], None]) -> int:
@@ -254,6 +286,7 @@ def main() -> None:
         step()
     synchronize(device)
     ops = count_ops(step)
+    calls, watched = watched_calls(step)
     times: dict[str, list[float]] = {name: [] for name in CONFIGS}
     for r in range(args.rounds):
         order = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
@@ -275,6 +308,10 @@ def main() -> None:
         f"watch overhead on one nanoGPT step: {device} ({name}), torch "
         f"{torch.__version__}, batch {batch}, {precision}, {ops} aten ops/step, "
         f"{args.rounds} rounds x {args.steps} steps, median"
+    )
+    print(
+        f"front: {calls} torch API calls/step, {sum(watched.values())} watched op by"
+        f" op: {dict(watched.most_common(12))}"
     )
     print("| config | ms/step | vs baseline | us/op over baseline |")
     print("|---|---:|---:|---:|")

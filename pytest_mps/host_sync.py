@@ -191,10 +191,15 @@ def _optimizer_step_counter(tensor: Any) -> bool:
 class SyncGuard:
     """The per-op callback: raises ``HostSyncError`` at the first sync."""
 
+    #: clean calls never sync (watch_front): they need not be watched op by op
+    every_op = False
+
     def __init__(
         self, count_cpu: bool, why: str, findings: TestFindings | None = None
     ) -> None:
         self.count_cpu = count_cpu
+        #: reading a CPU tensor is a sync only when CPU tensors count (watch_front)
+        self.watches_cpu = count_cpu
         self.why = why
         self.findings = findings
         self.checks = sync_checks()

@@ -119,6 +119,11 @@ def _describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
 class DeviceGuard:
     """The per-op callback: records ops mixing CPU and non-CPU tensors."""
 
+    #: a call whose tensors share a side cannot mix: skip clean calls (watch_front)
+    every_op = False
+    #: calls on CPU tensors alone cannot mix devices
+    watches_cpu = False
+
     def __init__(self, findings: TestFindings) -> None:
         import torch
 

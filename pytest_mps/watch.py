@@ -16,7 +16,13 @@ API for other modules and plugins
     Raising fails the op at the user's line (``forbid_host_sync`` does this).
     Callbacks must be cheap: they run for every op, unless the callback has
     an ``ops`` attribute (a collection of OpOverloads): then it runs only for
-    those, at the cost of one dict lookup per op shared by all such callbacks. Ops whose
+    those, at the cost of one dict lookup per op shared by all such callbacks.
+    A callback with ``every_op = False`` only needs the ops of calls that could
+    sync or mix devices: when every callback of a mode says so, the mode is
+    entered through :mod:`pytest_mps.watch_front`, which lets calls known to
+    be clean (``F.linear`` on one device) run unwatched; ``watches_cpu =
+    False`` adds that reading a CPU tensor (``t.item()``) is no concern of
+    that callback. Ops whose
     CompositeImplicitAutograd kernel the dispatcher hands over undecomposed
     (under ``torch.inference_mode()``: ``aten::linear``, ``aten::item``) are
     decomposed first, so callbacks see the ops that really run.
@@ -32,9 +38,14 @@ API for other modules and plugins
             seen = item.stash.setdefault(ops_key, set())
             return lambda func, args, kwargs: seen.add(func)
 
+``watching(callbacks, every_op=False)``
+    Context manager: watches the block with a new mode calling ``callbacks``,
+    through the front unless ``every_op`` or a callback needs every op.
+
 ``op_watch(callback)``
     Context manager: adds ``callback`` to the running watch mode (the test's),
-    or enters a fresh one when none runs. ``forbid_host_sync`` is built on it.
+    or enters a fresh one when none runs (or when the running one skips clean
+    calls and ``callback`` needs every op). ``forbid_host_sync`` is built on it.
 
 ``user_location()``
     ``"path:line"`` of the innermost frame outside torch, pytest-mps and
@@ -105,6 +116,7 @@ def _mode_class() -> type[Any]:
             self.callbacks = callbacks
             self.every: tuple[OpCallback, ...] = ()
             self.by_op: dict[int, tuple[OpCallback, ...]] = {}
+            self.fronted = False  # entered through watch_front (see watching)
             self.rebuild()
 
         def rebuild(self) -> None:
@@ -120,6 +132,10 @@ def _mode_class() -> type[Any]:
                         by_op.setdefault(id(op), []).append(callback)
             self.every = tuple(every)
             self.by_op = {op: tuple(cbs) for op, cbs in by_op.items()}
+            # whether some callback cares about calls on CPU tensors alone
+            self.watches_cpu = any(
+                getattr(cb, "watches_cpu", True) for cb in self.callbacks
+            )
 
         def __torch_dispatch__(
             self,
@@ -165,9 +181,19 @@ def _mode_class() -> type[Any]:
             super().__exit__(*exc)  # type: ignore[no-untyped-call]
             _active.remove(self)
 
+        @property
+        def skips_clean_calls(self) -> bool:
+            """True when every callback can do without the ops of clean calls."""
+            return all(not needs_every_op(cb) for cb in self.callbacks)
+
     if skip is not None:
         skip(WatchMode.__torch_dispatch__.__code__)
     return WatchMode
+
+
+def needs_every_op(callback: OpCallback) -> bool:
+    """False when ``callback`` says it can skip clean calls (``every_op = False``)."""
+    return bool(getattr(callback, "every_op", True))
 
 
 def watch_mode(callbacks: list[OpCallback]) -> Any:
@@ -181,14 +207,40 @@ def active_mode() -> Any | None:
 
 
 @contextlib.contextmanager
+def watching(callbacks: list[OpCallback], every_op: bool = False) -> Iterator[Any]:
+    """Watch the block with a new mode calling ``callbacks``; yields the mode.
+
+    Entered through the front (only calls not known to be clean are watched op
+    by op) unless ``every_op`` is true or some callback needs every op.
+    """
+    mode = watch_mode(callbacks)
+    if every_op or not mode.skips_clean_calls:
+        with mode:
+            yield mode
+        return
+    from pytest_mps.watch_front import front
+
+    mode.fronted = True
+    _active.append(mode)
+    try:
+        with front(mode):
+            yield mode
+    finally:
+        _active.remove(mode)
+
+
+@contextlib.contextmanager
 def op_watch(callback: OpCallback) -> Iterator[None]:
     """Call ``callback`` before every aten op run inside the block.
 
     Joins the running watch mode when there is one (one mode per test), else
-    enters a fresh one for the block.
+    enters a fresh one for the block. A callback that needs every op does not
+    join a mode that skips clean calls: it gets its own mode for the block.
     """
     mode = active_mode()
-    if mode is not None:
+    if mode is not None and not (
+        getattr(mode, "fronted", False) and needs_every_op(callback)
+    ):
         mode.callbacks.append(callback)
         mode.rebuild()
         try:
@@ -197,7 +249,7 @@ def op_watch(callback: OpCallback) -> Iterator[None]:
             mode.callbacks.remove(callback)
             mode.rebuild()
         return
-    with watch_mode([callback]):
+    with watching([callback]):
         yield
 
 
@@ -261,6 +313,29 @@ def relative_location(location: str, root: os.PathLike[str] | str) -> str:
 # -- the test's one mode -----------------------------------------------------------
 
 
+EVERY_OP_HELP = (
+    "watch every aten op of a watched test: no skipping of calls known to be "
+    "clean (F.linear on one device, ...), at several us per op"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mps")
+    group.addoption(
+        "--mps-watch-every-op",
+        dest="mps_watch_every_op",
+        action="store_true",
+        default=None,
+        help=EVERY_OP_HELP,
+    )
+    parser.addini("mps_watch_every_op", EVERY_OP_HELP, type="bool", default=False)
+
+
+def _every_op(config: pytest.Config) -> bool:
+    value = config.getoption("mps_watch_every_op")
+    return bool(config.getini("mps_watch_every_op") if value is None else value)
+
+
 def _callbacks_for(item: pytest.Item) -> list[OpCallback]:
     found = item.ihook.pytest_mps_watch_ops(item=item)
     return [callback for callback in found if callback is not None]
@@ -271,5 +346,5 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     callbacks = _callbacks_for(item)
     if not callbacks:
         return (yield)
-    with watch_mode(callbacks):
+    with watching(callbacks, every_op=_every_op(item.config)):
         return (yield)
