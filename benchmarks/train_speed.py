@@ -31,6 +31,9 @@ its command line (and config/train_<preset>.py first where DIR has one),
 time X ms` over N in warmup..iters is its figure (host wall clock per
 iteration, nanoGPT's own method). The issue's anchor (nanoGPT's train.py on an
 H100, torch 2.11, bf16: 15.2 ms eager, 12.6 ms compiled) is printed beside.
+`--repeat=N` runs every configuration N times, even rounds in reverse order: a
+host-bound loop (nanoGPT's, eager) varies by 1-3 ms from run to run on the lent
+H100, so compare medians of several rounds, not one figure.
 
 Per-iteration times: on CUDA from events recorded between iterations (no host
 sync inside the loop; a host-bound loop shows its gaps), on the CPU from the
@@ -629,6 +632,12 @@ def main(argv: list[str] | None = None) -> int:
         default=480,
         help="limit for one train.py subprocess",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every configuration this many times, even rounds in reverse order",
+    )
     parser.add_argument("--project", type=Path, help="an already baked project")
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument(
@@ -703,8 +712,12 @@ def main(argv: list[str] | None = None) -> int:
                                 ),
                             )
                         )
+        rounds = list(runs)
+        for k in range(2, args.repeat + 1):  # later rounds reversed: order effects
+            order = runs[::-1] if k % 2 == 0 else runs
+            rounds += [(f"{label} #{k}", fn) for label, fn in order]
         results: dict[str, Any] = {}
-        for label, fn in runs:
+        for label, fn in rounds:
             if args.budget_s and time.perf_counter() - started > args.budget_s:
                 print(f"{label}: skipped, past --budget_s={args.budget_s}", flush=True)
                 continue
@@ -792,6 +805,7 @@ def print_table(results: dict[str, Any], args: argparse.Namespace, pkg) -> None:
             (label, r["ms_per_iter"])
             for label, r in results.items()
             if label.startswith("nanoGPT")
+            and "#" not in label
             and kind in label.split()
             and "ms_per_iter" in r
         ]
