@@ -22,6 +22,7 @@ from {{ cookiecutter.package_name }}.sample import sample
 from {{ cookiecutter.package_name }}.train import (
     Progress,
     lr_at,
+    pick_compile_mode,
     setup,
     train,
     train_step,
@@ -285,3 +286,21 @@ def test_cuda_graphs_are_refused_while_accumulating_gradients(small_config):
         r" \(2 micro-batches per process\)",
     ):
         setup(cfg, log=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("device_type", "accumulation", "distributed", "expected"),
+    [
+        ("cuda", 1, False, "reduce-overhead"),
+        ("cuda", 2, False, "default"),
+        ("cuda", 1, True, "default"),
+        ("cpu", 1, False, "default"),
+        ("mps", 1, False, "default"),
+    ],
+)
+def test_auto_compile_mode_uses_cuda_graphs_only_where_they_were_measured(
+    small_config, device_type, accumulation, distributed, expected
+):
+    cfg = replace(small_config, compile_mode="auto",
+                  gradient_accumulation_steps=accumulation)  # fmt: skip
+    assert pick_compile_mode(cfg, accumulation, device_type, distributed) == expected

@@ -83,7 +83,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "init_from": ("scratch", "resume"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile": ("auto", "true", "false"),
-    "compile_mode": ("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+    "compile_mode": (
+        "auto",
+        "default",
+        "reduce-overhead",
+        "max-autotune-no-cudagraphs",
+    ),
 }
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _TRUE = ("1", "true", "yes", "on")
@@ -144,9 +149,11 @@ class Config:
     dtype: str = _opt("auto", "autocast dtype: auto, float32, bfloat16, float16")
     compile: str = _opt("auto", "torch.compile: auto (CUDA only), true, false")
     compile_mode: str = _opt(
-        "default",
-        "torch.compile mode: default, reduce-overhead (CUDA graphs; needs"
-        " gradient_accumulation_steps=1 per process), max-autotune-no-cudagraphs",
+        "auto",
+        "torch.compile mode: auto (reduce-overhead for one CUDA process without"
+        " gradient accumulation, else default), default, reduce-overhead (CUDA"
+        " graphs; needs gradient_accumulation_steps=1 per process),"
+        " max-autotune-no-cudagraphs",
     )
     plot: bool = _opt(True, "write out_dir/loss.png at the end (needs matplotlib)")
     # sampling
