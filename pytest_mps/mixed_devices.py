@@ -116,6 +116,32 @@ def _describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def mixes_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """True when some tensor arguments are on the CPU and others are not.
+
+    Looks at positional and keyword arguments and into lists and tuples of
+    them (``torch.cat``, the foreach ops).
+    """
+    import torch
+
+    tensor = torch.Tensor
+    cpu = other = False
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, tensor):
+            if a.is_cpu:
+                cpu = True
+            else:
+                other = True
+        elif type(a) is list or type(a) is tuple:
+            for b in a:
+                if isinstance(b, tensor):
+                    if b.is_cpu:
+                        cpu = True
+                    else:
+                        other = True
+    return cpu and other
+
+
 class DeviceGuard:
     """The per-op callback: records ops mixing CPU and non-CPU tensors."""
 
@@ -125,9 +151,6 @@ class DeviceGuard:
     watches_cpu = False
 
     def __init__(self, findings: TestFindings) -> None:
-        import torch
-
-        self.tensor = torch.Tensor
         self.exempt = frozenset(id(op) for op in exempt_ops())
         self.findings = findings
 
@@ -135,29 +158,7 @@ class DeviceGuard:
         self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> None:
         """Record ``func`` if its tensors are on the CPU and elsewhere."""
-        tensor = self.tensor
-        cpu = other = False
-        for a in args:
-            if isinstance(a, tensor):
-                if a.is_cpu:
-                    cpu = True
-                else:
-                    other = True
-            elif type(a) is list or type(a) is tuple:
-                for b in a:
-                    if isinstance(b, tensor):
-                        if b.is_cpu:
-                            cpu = True
-                        else:
-                            other = True
-        if kwargs:
-            for a in kwargs.values():
-                if isinstance(a, tensor):
-                    if a.is_cpu:
-                        cpu = True
-                    else:
-                        other = True
-        if cpu and other and id(func) not in self.exempt:
+        if mixes_devices(args, kwargs) and id(func) not in self.exempt:
             where = user_location(sys._getframe(1))
             self.findings.add(
                 "mixed-devices",

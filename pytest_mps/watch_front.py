@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from pytest_mps.mixed_devices import mixes_devices
+
 #: Kinds of clean calls.
 PLAIN = 1  # clean when its tensors share a side (CPU or not)
 INDEX = 2  # Tensor.__getitem__: clean for ints, slices, None and ... only
@@ -121,28 +123,6 @@ def clean_calls() -> dict[Any, int]:
     return table
 
 
-def _crosses_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-    """True when some tensors are on the CPU and others are not (as DeviceGuard)."""
-    import torch
-
-    tensor = torch.Tensor
-    cpu = other = False
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(a, tensor):
-            if a.is_cpu:
-                cpu = True
-            else:
-                other = True
-        elif type(a) is list or type(a) is tuple:
-            for b in a:
-                if isinstance(b, tensor):
-                    if b.is_cpu:
-                        cpu = True
-                    else:
-                        other = True
-    return cpu and other
-
-
 def _basic_index(index: Any) -> bool:
     if type(index) is tuple:
         return all(isinstance(i, _BASIC_INDEX) for i in index)
@@ -175,7 +155,7 @@ def _is_clean(
     one = len(args) < 2 and not kwargs
     if one and (not args or type(args[0]) not in (list, tuple)):
         return True  # one tensor cannot mix devices
-    return not _crosses_devices(args, kwargs)
+    return not mixes_devices(args, kwargs)
 
 
 @lru_cache(maxsize=1)
@@ -213,7 +193,7 @@ def front_class() -> type[Any]:
             if kind == PLAIN and not kwargs:  # the common case, inlined
                 if len(args) < 2 and (not args or type(args[0]) not in sequences):
                     return func(*args)
-                if not _crosses_devices(args, no_kwargs):
+                if not mixes_devices(args, no_kwargs):
                     return func(*args)
             elif kind == READ:
                 if not self.mode.watches_cpu and args[0].is_cpu:
