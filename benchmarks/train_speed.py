@@ -379,7 +379,6 @@ def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]
     dtype = pkg.device.pick_dtype(device, cfg.dtype)
     folder = Path(cfg.data_dir) / cfg.dataset
     meta = json.loads((folder / "meta.json").read_text())
-    vocab = int(meta["tokenizer"]["vocab_size"])
     torch.manual_seed(cfg.seed)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -412,15 +411,8 @@ def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]
             )
         return x.to(device), y.to(device)
 
-    shape = SimpleNamespace(
-        vocab_size=vocab,
-        block_size=cfg.block_size,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_embd=cfg.n_embd,
-        dropout=cfg.dropout,
-        bias=cfg.bias,
-    )
+    # the template's model shape (GPT-2 BPE padded to 50304, as nanoGPT does)
+    shape = SimpleNamespace(**pkg.train.model_config(cfg, meta["tokenizer"]).to_dict())
     if real:
         nanogpt = load_nanogpt_model(args.nanogpt)
         with contextlib.redirect_stdout(io.StringIO()):  # its parameter-count prints
