@@ -21,8 +21,9 @@ from typing import Any
 import torch
 import watch_overhead  # the same nanoGPT step, from this folder
 
-from pytest_mps import mps_ops, watch
-from pytest_mps.audit import Recorder
+from pytest_mps.audit import ops as mps_ops
+from pytest_mps.audit.recorder import Recorder
+from pytest_mps.watch import mode as watch
 
 
 def make_step(batch: int) -> Callable[[], None]:

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_mps.host_sync import HostSyncError, forbid_host_sync  # noqa: E402
+from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync  # noqa: E402
 
 DEV = "cuda"
 

@@ -4,7 +4,7 @@ For matmul and elementwise workloads from ~50 us to ~100 ms it prints, per size:
 
 * ``events``: the reference, CUDA events around back-to-back calls (median of
   blocks of calls, warm caches: what a benchmark of steady-state work means);
-* ``ours``: the median of ``pytest_mps.benchmark_timer.measure``, the code the
+* ``ours``: the median of ``pytest_mps.benchmark.timer.measure``, the code the
   ``mps_benchmark`` fixture runs, with its default settings;
 * ``do_bench``: ``triton.testing.do_bench`` median (CUDA events, but it flushes
   the L2 cache before every call, so small workloads read slower there);
@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_mps.benchmark_timer import Probe, Settings, measure  # noqa: E402
+from pytest_mps.benchmark.timer import Probe, Settings, measure  # noqa: E402
 
 
 def cuda_probe() -> Probe:

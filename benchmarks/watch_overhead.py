@@ -7,11 +7,11 @@ configurations run interleaved, round after round, so drift hits all alike:
 
 - ``baseline``: nothing watched.
 - ``fallback``: the default per test: warn-always on, PyTorch's MPS fallback
-  warnings captured (``pytest_mps.fallback.capture_fallbacks``); no dispatch mode.
+  warnings captured (``pytest_mps.watch.fallback.capture_fallbacks``); no dispatch mode.
 - ``empty-mode``: the watch mode with no callbacks (the floor of any mode).
 - ``all-on``: fallback capture + the mixed-device guard and the host-sync
   guard, as a watched test runs them: through the front
-  (``pytest_mps.watch_front``), which lets calls known to be clean run
+  (``pytest_mps.watch.front``), which lets calls known to be clean run
   unwatched and watches every other call op by op.
 - ``all-on-every-op``: the same guards with every aten op watched
   (``--mps-watch-every-op``).
@@ -54,12 +54,12 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_mps.fallback import capture_fallbacks  # noqa: E402
-from pytest_mps.findings import TestFindings  # noqa: E402
-from pytest_mps.host_sync import SyncGuard  # noqa: E402
-from pytest_mps.mixed_devices import DeviceGuard  # noqa: E402
-from pytest_mps.watch import watch_mode, watching  # noqa: E402
-from pytest_mps.watch_front import _is_clean, clean_calls  # noqa: E402
+from pytest_mps.watch.fallback import capture_fallbacks  # noqa: E402
+from pytest_mps.watch.findings import TestFindings  # noqa: E402
+from pytest_mps.watch.front import _is_clean, clean_calls  # noqa: E402
+from pytest_mps.watch.host_sync import SyncGuard  # noqa: E402
+from pytest_mps.watch.mixed_devices import DeviceGuard  # noqa: E402
+from pytest_mps.watch.mode import watch_mode, watching  # noqa: E402
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """pytest-mps: run PyTorch test suites on Apple GPUs (MPS), honestly.
 
-Importing this package does not import torch.
+Importing this package imports neither torch nor any of its own modules: the
+helpers below are loaded on first use, so the plugin costs a suite that never
+uses them nothing at start-up.
 """
 
 from __future__ import annotations
@@ -10,24 +12,29 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+# Their asserts give the messages users read; register before first import.
 pytest.register_assert_rewrite("pytest_mps.assertions")
 
-from pytest_mps.assertions import assert_on_device, assert_same_device  # noqa: E402
-
 if TYPE_CHECKING:
-    from pytest_mps.host_sync import HostSyncError, forbid_host_sync
+    from pytest_mps.assertions import assert_on_device, assert_same_device
+    from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
-# Imported on first use: host_sync's dependencies are plugin modules, which
+# Imported on first use. host_sync's dependencies are plugin modules, which
 # pytest wants to import itself (importing them here first makes pytest warn
 # that it cannot rewrite their asserts).
-_LAZY = {"HostSyncError": "host_sync", "forbid_host_sync": "host_sync"}
+_LAZY = {
+    "assert_on_device": "pytest_mps.assertions",
+    "assert_same_device": "pytest_mps.assertions",
+    "HostSyncError": "pytest_mps.watch.host_sync",
+    "forbid_host_sync": "pytest_mps.watch.host_sync",
+}
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_mps' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"pytest_mps.{module}"), name)
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [

@@ -322,8 +322,9 @@ def test_check_on_a_mac_compares_every_op_with_the_dispatcher(
 def test_recorder_flags_ops_mixing_cpu_and_meta_tensors_with_the_line() -> None:
     import torch
 
-    from pytest_mps import mps_ops, watch
-    from pytest_mps.audit import Recorder
+    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps.audit.recorder import Recorder
+    from pytest_mps.watch import mode as watch
 
     recorder = Recorder(mps_ops.load_table(), keep_ops=False, mixed=True)
     with watch.watch_mode([recorder]):
@@ -360,7 +361,7 @@ def test_plugin_off_leaves_no_audit_behind(user_suite: pytest.Pytester) -> None:
 def test_the_op_table_is_loaded_only_when_auditing(
     user_suite: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_mps import mps_ops
+    from pytest_mps.audit import ops as mps_ops
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("PYTEST_MPS_CACHE_DIR", str(cache))

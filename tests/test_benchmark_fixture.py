@@ -385,7 +385,7 @@ def test_plugin_module_imports_without_pytest_running() -> None:
         [
             sys.executable,
             "-c",
-            "import pytest_mps.benchmark, sys; print('torch' in sys.modules)",
+            "import pytest_mps.benchmark.plugin, sys; print('torch' in sys.modules)",
         ],
         capture_output=True,
         text=True,
@@ -399,7 +399,7 @@ def test_the_label_follows_the_accelerator_tensors_passed_to_the_call() -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pytest_mps.benchmark import _argument_devices
+    from pytest_mps.benchmark.plugin import _argument_devices
 
     with FakeTensorMode():
         on_mps = torch.zeros(2, device="mps")

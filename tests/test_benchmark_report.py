@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_mps.benchmark_report import device_table, format_time, results_table
+from pytest_mps.benchmark.report import device_table, format_time, results_table
 
 
 def entry(name: str, device: str, median: float, **extra: Any) -> dict[str, Any]:

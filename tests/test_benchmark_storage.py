@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mps import benchmark_storage as storage
+from pytest_mps.benchmark import storage
 
 FAST = (
     "-p",

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pytest_mps.benchmark_timer import Probe, Settings, measure
+from pytest_mps.benchmark.timer import Probe, Settings, measure
 
 KERNEL = 0.002  # seconds each fake kernel runs on the fake device
 

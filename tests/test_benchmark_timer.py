@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_mps.benchmark_stats import Stats
-from pytest_mps.benchmark_timer import (
+from pytest_mps.benchmark.stats import Stats
+from pytest_mps.benchmark.timer import (
     MAX_ITERATIONS,
     Probe,
     Settings,

@@ -14,11 +14,11 @@ import torch
 import torch._dynamo  # noqa: E402, F401
 from torch.nn import functional as F
 
-from pytest_mps.findings import TestFindings
-from pytest_mps.host_sync import HostSyncError, SyncGuard
-from pytest_mps.mixed_devices import DeviceGuard
-from pytest_mps.watch import watching
-from pytest_mps.watch_front import READ, clean_calls
+from pytest_mps.watch.findings import TestFindings
+from pytest_mps.watch.front import READ, clean_calls
+from pytest_mps.watch.host_sync import HostSyncError, SyncGuard
+from pytest_mps.watch.mixed_devices import DeviceGuard
+from pytest_mps.watch.mode import watching
 
 cpu = torch.arange(6.0)
 meta = torch.empty(6, device="meta")
@@ -241,7 +241,7 @@ def test_an_every_op_callback_inside_a_skipping_test_gets_every_op(
     pytester.makepyfile(
         """
         import torch
-        from pytest_mps.watch import op_watch
+        from pytest_mps.watch.mode import op_watch
 
         def test_mine(seen_ops):
             mine = []

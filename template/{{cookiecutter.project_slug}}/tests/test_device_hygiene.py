@@ -26,7 +26,7 @@ def test_a_training_step_keeps_every_op_on_the_device(trainer):
     # the CPU philox seed/offset scalars that PyTorch's memory-efficient
     # attention backward takes by design.)
     pytest.importorskip(
-        "pytest_mps.fallback", reason="pytest-mps has no fallback watch"
+        "pytest_mps.watch.fallback", reason="pytest-mps has no fallback watch"
     )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     loss = train_step(trainer)

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from pytest_mps.mixed_devices import mixes_devices
+from pytest_mps.watch.device_mix import mixes_devices
 
 #: Kinds of clean calls.
 PLAIN = 1  # clean when its tensors share a side (CPU or not)

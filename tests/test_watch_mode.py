@@ -91,7 +91,7 @@ def test_op_watch_joins_the_running_mode_instead_of_stacking_another(
         import pytest
         import torch
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-        from pytest_mps.watch import op_watch
+        from pytest_mps.watch.mode import op_watch
 
         @pytest.mark.watched
         def test_joined(seen_ops):
@@ -121,7 +121,8 @@ def test_user_location_names_the_test_line_not_torch_internals(
         """
         import sys
         import torch
-        from pytest_mps.watch import op_watch, user_location
+        from pytest_mps.watch.mode import op_watch
+        from pytest_mps.watch.locations import user_location
 
         def test_location():
             where = []
@@ -132,7 +133,7 @@ def test_user_location_names_the_test_line_not_torch_internals(
             with op_watch(callback):
                 layer(torch.ones(3))
             assert where
-            assert all(w.endswith("_internals.py:12") for w in where), where
+            assert all(w.endswith("_internals.py:13") for w in where), where
         """
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Generator, Mapping
-from functools import lru_cache
 from typing import Any
 
 import pytest
 
 from pytest_mps.devices import devices_key
-from pytest_mps.findings import TestFindings, describe, findings_for
 from pytest_mps.options import argparse_type, choice
-from pytest_mps.watch import OpCallback, user_location
+from pytest_mps.watch import OpCallback
+from pytest_mps.watch.device_mix import describe_tensors, exempt_ops, mixes_devices
+from pytest_mps.watch.findings import TestFindings, describe, findings_for
+from pytest_mps.watch.locations import user_location
 
 MIXED_HELP = (
     "flag ops whose tensors live on more than one device (0-dim CPU tensors next "
@@ -68,84 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[mode_key] = str(value)
 
 
-@lru_cache(maxsize=1)
-def exempt_ops() -> frozenset[Any]:
-    """Ops that move data between devices on purpose."""
-    import torch
-
-    aten = torch.ops.aten
-    ops = {
-        aten._to_copy.default,
-        aten.copy_.default,
-        aten._copy_from.default,
-        aten._copy_from_and_resize.default,
-        aten.lift_fresh.default,
-        aten.set_.source_Tensor,
-    }
-    # The fused attention backwards take the forward's philox seed and offset as
-    # CPU tensors by design (native_functions.yaml: `Tensor philox_seed, Tensor
-    # philox_offset`; attention_backward.cu reads them on the host). Not every
-    # build has every one, so look them up by name.
-    for name in (
-        "_scaled_dot_product_efficient_attention_backward",
-        "_efficient_attention_backward",
-        "_scaled_dot_product_flash_attention_backward",
-        "_flash_attention_backward",
-        "_scaled_dot_product_cudnn_attention_backward",
-    ):
-        packet = getattr(aten, name, None)
-        if packet is not None:
-            ops.update(getattr(packet, o) for o in packet.overloads())
-    return frozenset(ops)
-
-
-def _describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-    import torch
-
-    parts: list[str] = []
-    seen: set[str] = set()
-    values = [*args, *kwargs.values()]
-    flat = [b for a in values for b in (a if isinstance(a, (list, tuple)) else [a])]
-    for t in flat:
-        if not isinstance(t, torch.Tensor):
-            continue
-        label = f"{t.device}" + (" 0-dim" if t.dim() == 0 else f" {tuple(t.shape)}")
-        if label not in seen:
-            seen.add(label)
-            parts.append(label)
-    return ", ".join(parts)
-
-
-def mixes_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-    """True when some tensor arguments are on the CPU and others are not.
-
-    Looks at positional and keyword arguments and into lists and tuples of
-    them (``torch.cat``, the foreach ops).
-    """
-    import torch
-
-    tensor = torch.Tensor
-    cpu = other = False
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(a, tensor):
-            if a.is_cpu:
-                cpu = True
-            else:
-                other = True
-        elif type(a) is list or type(a) is tuple:
-            for b in a:
-                if isinstance(b, tensor):
-                    if b.is_cpu:
-                        cpu = True
-                    else:
-                        other = True
-    return cpu and other
-
-
 class DeviceGuard:
     """The per-op callback: records ops mixing CPU and non-CPU tensors."""
 
-    #: a call whose tensors share a side cannot mix: skip clean calls (watch_front)
+    #: a call whose tensors share a side cannot mix: skip clean calls (watch.front)
     every_op = False
     #: calls on CPU tensors alone cannot mix devices
     watches_cpu = False
@@ -164,7 +91,7 @@ class DeviceGuard:
                 "mixed-devices",
                 func._schema.name,
                 where,
-                detail=_describe_tensors(args, kwargs),
+                detail=describe_tensors(args, kwargs),
             )
 
 

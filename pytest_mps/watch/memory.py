@@ -24,7 +24,7 @@ from pytest_mps.report import add_report_section
 from pytest_mps.watch import OpCallback
 
 MIB = 1024 * 1024
-PROPERTY = "pytest_mps.memory"
+PROPERTY = "pytest_mps.watch.memory"
 
 
 @dataclasses.dataclass(frozen=True)

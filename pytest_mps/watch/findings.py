@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_mps.report import add_report_section
-from pytest_mps.watch import relative_location
+from pytest_mps.watch.locations import relative_location
 
 #: Kinds of finding, in summary order, with the heading each gets.
 KINDS = {
@@ -27,7 +27,7 @@ KINDS = {
     "host-sync": "ops that made the host wait for the device",
 }
 
-PROPERTY = "pytest_mps.findings"
+PROPERTY = "pytest_mps.watch.findings"
 
 
 @dataclasses.dataclass

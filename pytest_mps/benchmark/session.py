@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from pytest_mps import __version__
-from pytest_mps import benchmark_storage as storage
-from pytest_mps.benchmark_fixture import PROPERTY
-from pytest_mps.benchmark_options import BenchmarkOptions
-from pytest_mps.benchmark_report import device_table, results_table
+from pytest_mps.benchmark import storage
+from pytest_mps.benchmark.fixture import PROPERTY
+from pytest_mps.benchmark.options import BenchmarkOptions
+from pytest_mps.benchmark.report import device_table, results_table
 
 
 class BenchmarkSession:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torchgen.gen import parse_native_yaml
 
-from pytest_mps import mps_ops
+from pytest_mps.audit import ops as mps_ops
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from pytest_mps.findings import TestFindings, describe, findings_for
 from pytest_mps.options import argparse_type, choice
-from pytest_mps.watch import user_location
+from pytest_mps.watch.findings import TestFindings, describe, findings_for
+from pytest_mps.watch.locations import user_location
 
 FALLBACK_HELP = (
     "what to do with ops that fall back from MPS to the CPU: 'warn' (default) "

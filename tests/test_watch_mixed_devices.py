@@ -121,8 +121,8 @@ def test_attention_backward_philox_scalars_on_the_cpu_are_not_flagged() -> None:
     # training step on CUDA. A plain op with the same arguments is flagged.
     import torch
 
-    from pytest_mps.findings import TestFindings
-    from pytest_mps.mixed_devices import DeviceGuard
+    from pytest_mps.watch.findings import TestFindings
+    from pytest_mps.watch.mixed_devices import DeviceGuard
 
     findings = TestFindings()
     guard = DeviceGuard(findings)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytest_mps.benchmark_stats import Stats
+from pytest_mps.benchmark.stats import Stats
 
 clock = time.perf_counter
 

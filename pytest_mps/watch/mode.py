@@ -19,7 +19,7 @@ API for other modules and plugins
     those, at the cost of one dict lookup per op shared by all such callbacks.
     A callback with ``every_op = False`` only needs the ops of calls that could
     sync or mix devices: when every callback of a mode says so, the mode is
-    entered through :mod:`pytest_mps.watch_front`, which lets calls known to
+    entered through :mod:`pytest_mps.watch.front`, which lets calls known to
     be clean (``F.linear`` on one device) run unwatched; ``watches_cpu =
     False`` adds that reading a CPU tensor (``t.item()``) is no concern of
     that callback. Ops whose
@@ -55,16 +55,12 @@ API for other modules and plugins
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import types
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
-import pytest
-
-OpCallback = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], None]
+from pytest_mps.watch import OpCallback
 
 _NO_KWARGS: Mapping[str, Any] = types.MappingProxyType({})
 
@@ -116,7 +112,7 @@ def _mode_class() -> type[Any]:
             self.callbacks = callbacks
             self.every: tuple[OpCallback, ...] = ()
             self.by_op: dict[int, tuple[OpCallback, ...]] = {}
-            self.fronted = False  # entered through watch_front (see watching)
+            self.fronted = False  # entered through the front (see watching)
             self.rebuild()
 
         def rebuild(self) -> None:
@@ -218,7 +214,7 @@ def watching(callbacks: list[OpCallback], every_op: bool = False) -> Iterator[An
         with mode:
             yield mode
         return
-    from pytest_mps.watch_front import front
+    from pytest_mps.watch.front import front
 
     mode.fronted = True
     _active.append(mode)
@@ -251,100 +247,3 @@ def op_watch(callback: OpCallback) -> Iterator[None]:
         return
     with watching([callback]):
         yield
-
-
-@lru_cache(maxsize=1)
-def _library() -> tuple[tuple[str, ...], frozenset[str]]:
-    """Directories and stdlib files whose frames are never the user's code."""
-    import functools
-    import warnings
-
-    import pluggy
-    import torch
-
-    dirs = [
-        os.path.dirname(os.path.abspath(mod.__file__ or "")) + os.sep
-        for mod in (torch, pluggy, pytest, sys.modules[__package__ or "pytest_mps"])
-    ]
-    # pytest's implementation lives next to the `pytest` package, in `_pytest`
-    dirs.append(os.path.join(os.path.dirname(dirs[2][:-1]), "_pytest") + os.sep)
-    files = frozenset(
-        os.path.abspath(mod.__file__ or "") for mod in (contextlib, functools, warnings)
-    )
-    return tuple(dirs), files
-
-
-def _is_library(filename: str) -> bool:
-    dirs, files = _library()
-    path = os.path.abspath(filename)
-    return path.startswith(dirs) or path in files
-
-
-def user_frame(start: types.FrameType | None = None) -> types.FrameType | None:
-    """The innermost frame outside torch, pytest-mps, pytest and the stdlib."""
-    frame: types.FrameType | None = start or sys._getframe(1)
-    while frame is not None:
-        if not _is_library(frame.f_code.co_filename):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def user_location(start: types.FrameType | None = None) -> str:
-    """``"path:line"`` of the user's code that runs now ("unknown" if none)."""
-    frame = user_frame(start if start is not None else sys._getframe(1))
-    if frame is None:
-        return "unknown"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-def relative_location(location: str, root: os.PathLike[str] | str) -> str:
-    """``location`` with its path made relative to ``root`` when inside it."""
-    path, sep, line = location.rpartition(":")
-    if not sep:
-        return location
-    try:
-        rel = os.path.relpath(path, root)
-    except ValueError:
-        return location
-    return f"{location if rel.startswith('..') else rel + ':' + line}"
-
-
-# -- the test's one mode -----------------------------------------------------------
-
-
-EVERY_OP_HELP = (
-    "watch every aten op of a watched test: no skipping of calls known to be "
-    "clean (F.linear on one device, ...), at several us per op"
-)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mps")
-    group.addoption(
-        "--mps-watch-every-op",
-        dest="mps_watch_every_op",
-        action="store_true",
-        default=None,
-        help=EVERY_OP_HELP,
-    )
-    parser.addini("mps_watch_every_op", EVERY_OP_HELP, type="bool", default=False)
-
-
-def _every_op(config: pytest.Config) -> bool:
-    value = config.getoption("mps_watch_every_op")
-    return bool(config.getini("mps_watch_every_op") if value is None else value)
-
-
-def _callbacks_for(item: pytest.Item) -> list[OpCallback]:
-    found = item.ihook.pytest_mps_watch_ops(item=item)
-    return [callback for callback in found if callback is not None]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    callbacks = _callbacks_for(item)
-    if not callbacks:
-        return (yield)
-    with watching(callbacks, every_op=_every_op(item.config)):
-        return (yield)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_mps import devices as session_devices
-from pytest_mps.benchmark_storage import FailExpr, parse_fail_expr
-from pytest_mps.benchmark_timer import Settings
+from pytest_mps.benchmark.storage import FailExpr, parse_fail_expr
+from pytest_mps.benchmark.timer import Settings
 from pytest_mps.options import argparse_check
 
 ONLY_HELP = "run only the tests that use the mps_benchmark fixture."

@@ -21,7 +21,7 @@ to one op overload in this order (``classify``):
 gets wrong for MPS), ``ROUTED_PREFIXES`` (device-specific implementations a
 CPU or CUDA run reaches that MPS never calls), and ``unknown`` for ops outside
 the aten yaml. The same rules run for any backend key: on CPU they agree with
-the dispatcher's own registrations for every overload (tests/test_mps_ops.py).
+the dispatcher's own registrations for every overload (tests/test_audit_ops.py).
 
 Parsing the yaml with torchgen costs about a second, so the result is cached
 in-process and in a JSON file under the user's cache directory, keyed by torch

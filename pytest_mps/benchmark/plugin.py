@@ -1,9 +1,8 @@
 """Sync-aware benchmarks: options, the ``mps_benchmark`` marker and fixture.
 
-The measuring is in :mod:`benchmark_timer`, options in :mod:`benchmark_options`,
-the fixture's object in :mod:`benchmark_fixture`, files in
-:mod:`benchmark_storage`, tables in :mod:`benchmark_report` and the session's
-side in :mod:`benchmark_session`; this module wires them into pytest. Results
+The measuring is in :mod:`.timer`, options in :mod:`.options`, the fixture's
+object in :mod:`.fixture`, files in :mod:`.storage`, tables in :mod:`.report`
+and the session's side in :mod:`.session`; this module wires them into pytest. Results
 travel on ``report.user_properties``, so the controller of an xdist run sees
 every worker's.
 """
@@ -20,9 +19,9 @@ import pytest
 
 from pytest_mps import accelerator
 from pytest_mps import devices as session_devices
-from pytest_mps.benchmark_fixture import MpsBenchmark, release_memory
-from pytest_mps.benchmark_options import BenchmarkOptions, add_options, read_options
-from pytest_mps.benchmark_storage import parse_fail_expr
+from pytest_mps.benchmark.fixture import MpsBenchmark, release_memory
+from pytest_mps.benchmark.options import BenchmarkOptions, add_options, read_options
+from pytest_mps.benchmark.storage import parse_fail_expr
 
 if TYPE_CHECKING:
     import torch
@@ -91,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
             session_devices.check_usable(device, "--mps-benchmark-devices")
         extended = chosen + [d for d in options.devices if d not in chosen]
         config.stash[session_devices.devices_key] = extended
-    from pytest_mps.benchmark_session import BenchmarkSession
+    from pytest_mps.benchmark.session import BenchmarkSession
 
     plugin = BenchmarkSession(config, options)
     config.stash[session_key] = plugin

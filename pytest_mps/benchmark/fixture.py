@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from pytest_mps import accelerator, backend
-from pytest_mps.benchmark_stats import Stats
-from pytest_mps.benchmark_storage import cpu_name
-from pytest_mps.benchmark_timer import Probe, Result, Settings, measure
+from pytest_mps.benchmark.stats import Stats
+from pytest_mps.benchmark.storage import cpu_name
+from pytest_mps.benchmark.timer import Probe, Result, Settings, measure
 
 #: The user property that carries one measurement to the controller (xdist too).
 PROPERTY = "mps_benchmark"

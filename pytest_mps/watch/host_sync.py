@@ -34,8 +34,9 @@ from typing import Any
 import pytest
 
 from pytest_mps.devices import devices_key
-from pytest_mps.findings import TestFindings, findings_for
-from pytest_mps.watch import OpCallback, op_watch, user_location
+from pytest_mps.watch import OpCallback
+from pytest_mps.watch.findings import TestFindings, findings_for
+from pytest_mps.watch.locations import user_location
 
 
 class HostSyncError(AssertionError):
@@ -191,14 +192,14 @@ def _optimizer_step_counter(tensor: Any) -> bool:
 class SyncGuard:
     """The per-op callback: raises ``HostSyncError`` at the first sync."""
 
-    #: clean calls never sync (watch_front): they need not be watched op by op
+    #: clean calls never sync (watch.front): they need not be watched op by op
     every_op = False
 
     def __init__(
         self, count_cpu: bool, why: str, findings: TestFindings | None = None
     ) -> None:
         self.count_cpu = count_cpu
-        #: reading a CPU tensor is a sync only when CPU tensors count (watch_front)
+        #: reading a CPU tensor is a sync only when CPU tensors count (watch.front)
         self.watches_cpu = count_cpu
         self.why = why
         self.findings = findings
@@ -240,6 +241,8 @@ def forbid_host_sync(*, count_cpu: bool | None = None) -> Iterator[None]:
     test's device is the CPU, else False.
     """
     __tracebackhide__ = True
+    from pytest_mps.watch.mode import op_watch
+
     cpu = _count_cpu_default[0] if count_cpu is None else count_cpu
     with op_watch(SyncGuard(cpu, "forbid_host_sync()")):
         yield

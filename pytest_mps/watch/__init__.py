@@ -1,0 +1,17 @@
+"""Watching what a test does on the device, op by op.
+
+The family, lowest first: :mod:`.locations` (the user's line) and
+:mod:`.device_mix` (does a call mix devices) import nothing of pytest-mps;
+:mod:`.mode` is the one ``TorchDispatchMode`` per test and :mod:`.front` its
+cheap way in; :mod:`.findings` keeps what the watchers found; the watchers are
+:mod:`.fallback`, :mod:`.host_sync`, :mod:`.mixed_devices` and :mod:`.memory`;
+:mod:`.plugin` runs a test's call phase inside the mode when one asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: ``callback(func, args, kwargs) -> None``, called before each watched aten op.
+OpCallback = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], None]

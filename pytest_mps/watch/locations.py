@@ -1,0 +1,73 @@
+"""Where an op or a warning came from: the user's line, outside torch and pytest.
+
+The lowest piece of the watching family: every watcher names the user's line
+with :func:`user_location`, and reports make it relative with
+:func:`relative_location`. Imports nothing of pytest-mps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+from functools import lru_cache
+
+import pytest
+
+
+@lru_cache(maxsize=1)
+def _library() -> tuple[tuple[str, ...], frozenset[str]]:
+    """Directories and stdlib files whose frames are never the user's code."""
+    import functools
+    import warnings
+
+    import pluggy
+    import torch
+
+    dirs = [
+        os.path.dirname(os.path.abspath(mod.__file__ or "")) + os.sep
+        for mod in (torch, pluggy, pytest, sys.modules["pytest_mps"])
+    ]
+    # pytest's implementation lives next to the `pytest` package, in `_pytest`
+    dirs.append(os.path.join(os.path.dirname(dirs[2][:-1]), "_pytest") + os.sep)
+    files = frozenset(
+        os.path.abspath(mod.__file__ or "") for mod in (contextlib, functools, warnings)
+    )
+    return tuple(dirs), files
+
+
+def _is_library(filename: str) -> bool:
+    dirs, files = _library()
+    path = os.path.abspath(filename)
+    return path.startswith(dirs) or path in files
+
+
+def user_frame(start: types.FrameType | None = None) -> types.FrameType | None:
+    """The innermost frame outside torch, pytest-mps, pytest and the stdlib."""
+    frame: types.FrameType | None = start or sys._getframe(1)
+    while frame is not None:
+        if not _is_library(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def user_location(start: types.FrameType | None = None) -> str:
+    """``"path:line"`` of the user's code that runs now ("unknown" if none)."""
+    frame = user_frame(start if start is not None else sys._getframe(1))
+    if frame is None:
+        return "unknown"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def relative_location(location: str, root: os.PathLike[str] | str) -> str:
+    """``location`` with its path made relative to ``root`` when inside it."""
+    path, sep, line = location.rpartition(":")
+    if not sep:
+        return location
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        return location
+    return f"{location if rel.startswith('..') else rel + ':' + line}"
