@@ -29,7 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_mps.benchmark.timer import Probe, Settings, measure  # noqa: E402
+from pytest_mps.benchmark.options import Settings
+from pytest_mps.benchmark.timer import Probe, measure  # noqa: E402
 
 
 def cuda_probe() -> Probe:

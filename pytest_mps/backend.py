@@ -8,8 +8,7 @@ MPS work here. Tests on Linux replace only ``torch.backends.mps.is_built`` /
 from __future__ import annotations
 
 import importlib.util
-import platform
-import subprocess
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -47,6 +46,8 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def macos_version() -> str | None:
     """The macOS version (``"14.5"``), or None off macOS."""
+    import platform
+
     release = platform.mac_ver()[0]
     return release or None
 
@@ -59,6 +60,8 @@ def mps_unavailable_reason() -> str | None:
     """
     if not torch_installed():
         return "torch is not installed (pip install torch)"
+    import platform
+
     import torch
 
     if not mps_built():
@@ -89,8 +92,10 @@ def mps_unavailable_reason() -> str | None:
 
 
 def _sysctl(name: str) -> str | None:
-    if platform.system() != "Darwin":
+    if sys.platform != "darwin":
         return None
+    import subprocess
+
     try:
         out = subprocess.run(
             ["sysctl", "-n", name], capture_output=True, text=True, timeout=5
@@ -110,8 +115,10 @@ def chip_name() -> str | None:
 @lru_cache(maxsize=1)
 def gpu_core_count() -> int | None:
     """The GPU core count that ``ioreg`` reports for the AGX accelerator."""
-    if platform.system() != "Darwin":
+    if sys.platform != "darwin":
         return None
+    import subprocess
+
     try:
         out = subprocess.run(
             ["ioreg", "-rc", "AGXAccelerator", "-d1"],

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_mps import backend
-from pytest_mps.options import argparse_type
+from pytest_mps import backend, ownership
 
 if TYPE_CHECKING:
     import torch
@@ -54,13 +52,17 @@ def parse_device(value: str, where: str) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mps", "pytest-mps: PyTorch devices, timing and hygiene")
+    group = parser.getgroup(
+        ownership.GROUP, "pytest-mps: PyTorch devices, timing and hygiene"
+    )
+    # No type= here: a project's own --device is read with ours in place once
+    # (before its conftest.py adds it), and its values must not be refused by
+    # our parser then. The values are checked in pytest_configure, naming the flag.
     group.addoption(
         "--device",
         "--mps-device",
         action="append",
         dest="mps_devices",
-        type=argparse_type(parse_device, "--device"),
         metavar="DEV",
         default=None,
         help=DEVICE_HELP,
@@ -84,11 +86,15 @@ def pytest_mps_auto_device(config: pytest.Config) -> str | None:
 
 def _requested(config: pytest.Config) -> tuple[list[str], str]:
     """The device ids asked for, and where they came from (for error messages)."""
-    cli: list[str] = list(config.getoption("mps_devices") or [])
-    if config.getoption("mps_only"):
+    flag = "--mps-device" if ownership.flag_yielded(config, "--device") else "--device"
+    try:
+        cli = [parse_device(v, flag) for v in config.getoption("mps_devices") or []]
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if config.getoption("mps_only", False):
         return (["mps", *[d for d in cli if d != "mps"]], "--mps")
     if cli:
-        return cli, "--device"
+        return cli, flag
     ini_values: list[str] = config.getini("mps_devices")
     if ini_values:
         where = f"ini option mps_devices in {config.inipath}"
@@ -145,35 +151,27 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+MARKERS = (
+    "mps: the test needs the MPS device; skipped unless the session runs "
+    "with --mps on an Apple-silicon Mac.",
+    "skip_device(*devices, reason=None): skip the test on these devices "
+    "(cpu, mps, cuda, cuda:N).",
+    "xfail_device(*devices, reason=None, strict=False): expect the test to "
+    "fail on these devices.",
+    "devices(*devices): run the test's 'device' parametrization only on these "
+    "of the session's devices.",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "mps: the test needs the MPS device; skipped unless the session runs "
-        "with --mps on an Apple-silicon Mac.",
-    )
-    config.addinivalue_line(
-        "markers",
-        "skip_device(*devices, reason=None): skip the test on these devices "
-        "(cpu, mps, cuda, cuda:N).",
-    )
-    config.addinivalue_line(
-        "markers",
-        "xfail_device(*devices, reason=None, strict=False): expect the test to "
-        "fail on these devices.",
-    )
-    config.addinivalue_line(
-        "markers",
-        "devices(*devices): run the test's 'device' parametrization only on these "
-        "of the session's devices.",
-    )
+    ownership.register_markers(config, *MARKERS)
     config.stash[devices_key] = resolve_devices(config)
 
 
 # -- markers --------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class DeviceMark:
+class DeviceMark(NamedTuple):
     """One parsed ``skip_device`` / ``xfail_device`` / ``devices`` marker."""
 
     name: str
@@ -216,22 +214,44 @@ def _parse_mark(mark: pytest.Mark, nodeid: str) -> DeviceMark:
     return DeviceMark(mark.name, frozenset(names), reason, strict)
 
 
-def _device_marks(marks: Iterable[pytest.Mark], nodeid: str) -> list[DeviceMark]:
-    return [
-        _parse_mark(m, nodeid)
-        for m in marks
-        if m.name in ("skip_device", "xfail_device", "devices")
-    ]
+_DEVICE_MARKS = ("skip_device", "xfail_device", "devices")
 
 
+def _device_marks(
+    config: pytest.Config, marks: Iterable[pytest.Mark], nodeid: str
+) -> list[DeviceMark]:
+    ours = {n for n in _DEVICE_MARKS if ownership.marker_is_ours(config, n)}
+    return [_parse_mark(m, nodeid) for m in marks if m.name in ours]
+
+
+def _parametrizes_device_itself(metafunc: pytest.Metafunc) -> bool:
+    """True when the test's own parametrize marks name ``device``."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "device" in names:
+            return True
+    return False
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # trylast: the project's own parametrization of 'device' (marks, its own
+    # pytest_generate_tests, indirect) comes first, and then ours steps aside.
     if "device" not in metafunc.fixturenames:
+        return
+    if not ownership.fixture_is_ours(metafunc, "device", device):
+        return  # the project's own 'device' fixture: its parametrization, not ours
+    if _parametrizes_device_itself(metafunc):
         return
     session_devices = metafunc.config.stash[devices_key]
     chosen = list(session_devices)
     try:
         marks = _device_marks(
-            metafunc.definition.iter_markers(), metafunc.definition.nodeid
+            metafunc.config,
+            metafunc.definition.iter_markers(),
+            metafunc.definition.nodeid,
         )
     except ValueError:
         marks = []  # reported when the test is set up, naming marker and test
@@ -239,7 +259,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if mark.name == "devices":
             chosen = [d for d in chosen if mark.matches(d)]
     if chosen:
-        metafunc.parametrize("device", chosen, ids=chosen, indirect=True)
+        try:
+            metafunc.parametrize("device", chosen, ids=chosen, indirect=True)
+        except pytest.Collector.CollectError as exc:
+            if "duplicate parametrization" not in str(exc):
+                raise
+            # the project's own pytest_generate_tests parametrized 'device'
         return
     wanted = sorted(set().union(*(m.devices for m in marks if m.name == "devices")))
     reason = (
@@ -268,12 +293,13 @@ mark_error_key = pytest.StashKey[str]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         try:
-            marks = _device_marks(item.iter_markers(), item.nodeid)
+            marks = _device_marks(item.config, item.iter_markers(), item.nodeid)
         except ValueError as exc:
             item.stash[mark_error_key] = str(exc)
             continue
         session_devices = item.config.stash[devices_key]
-        if item.get_closest_marker("mps") is not None and "mps" not in session_devices:
+        mps_mark = ownership.closest_marker(item, "mps")
+        if mps_mark is not None and "mps" not in session_devices:
             item.add_marker(
                 pytest.mark.skip(
                     reason="needs MPS: run with --mps on an Apple-silicon Mac "

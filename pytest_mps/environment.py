@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import os
 import re
 import sys
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import pytest
 
-from pytest_mps import backend
+from pytest_mps import backend, ownership
 from pytest_mps.devices import devices_key
 
 # The variables PyTorch reads, from docs/source/mps_environment_variables.md and
@@ -79,8 +79,7 @@ def variable_warnings(env: Mapping[str, str]) -> list[str]:
     return found
 
 
-@dataclasses.dataclass(frozen=True)
-class MpsEnvironment:
+class MpsEnvironment(NamedTuple):
     """What the session runs on: torch, devices, the Mac, and MPS variables."""
 
     torch_version: str | None
@@ -114,16 +113,23 @@ class MpsEnvironment:
         return lines
 
 
-def read_environment(config: pytest.Config) -> MpsEnvironment:
-    """Collect the environment; imports torch only when the session already needs it."""
+def read_environment(config: pytest.Config, chip: bool = True) -> MpsEnvironment:
+    """Collect the environment; imports torch only when the session already needs it.
+
+    ``chip``: also ask macOS for the chip's name (a ``sysctl`` subprocess on a
+    Mac; nothing elsewhere).
+    """
     chosen: list[str] = config.stash[devices_key]
     devices = tuple(chosen)
-    try:
-        version: str | None = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
+    loaded = sys.modules.get("torch")
+    version: str | None = getattr(loaded, "__version__", None)
+    if version is None:
+        try:
+            version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
     built = available = None
-    if version is not None and ("torch" in sys.modules or devices != ("cpu",)):
+    if version is not None and (loaded is not None or devices != ("cpu",)):
         import torch
 
         version = torch.__version__
@@ -139,14 +145,26 @@ def read_environment(config: pytest.Config) -> MpsEnvironment:
         mps_built=built,
         mps_available=available,
         macos=backend.macos_version(),
-        chip=backend.chip_name(),
+        chip=backend.chip_name() if chip else None,
         variables=variables,
         warnings=tuple(variable_warnings(os.environ)),
     )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return read_environment(config).header()
+    yielded = ownership.yielded_line(config)
+    if not ownership.opted_in(config):
+        # A guest's header: one line at most, and none for a suite without torch.
+        if "torch" not in sys.modules:
+            return [f"pytest-mps: {yielded}"] if yielded else []
+        line = read_environment(config, chip=False).header()[0]
+        return [f"{line}; {yielded}" if yielded else line]
+    chosen: list[str] = config.stash[devices_key]
+    verbose = config.get_verbosity() > 0
+    lines = read_environment(config, chip="mps" in chosen or verbose).header()
+    if yielded:
+        lines[0] += f"; {yielded}"
+    return lines
 
 
 @pytest.fixture(scope="session")

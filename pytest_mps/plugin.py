@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 pytest_plugins = [
+    "pytest_mps.ownership",
     "pytest_mps.devices",
     "pytest_mps.environment",
     "pytest_mps.seeding",

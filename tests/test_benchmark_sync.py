@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from pytest_mps.benchmark.timer import Probe, Settings, measure
+from pytest_mps.benchmark.options import Settings
+from pytest_mps.benchmark.timer import Probe, measure
 
 KERNEL = 0.002  # seconds each fake kernel runs on the fake device
 

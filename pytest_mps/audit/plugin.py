@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_mps.audit import ops as mps_ops
-from pytest_mps.audit.recorder import Recorder, is_problem
 from pytest_mps.options import argparse_type, choice
+
+if TYPE_CHECKING:
+    from pytest_mps.audit.ops import OpTable
+    from pytest_mps.audit.recorder import Recorder
+
+    pass
 
 AUDIT_HELP = (
     "predict what the suite would do on MPS from the ops each test runs here: "
@@ -39,8 +43,7 @@ PROPERTY = "pytest_mps_audit"
 OPS_PROPERTY = "pytest_mps_audit_ops"
 
 
-@dataclasses.dataclass(frozen=True)
-class AuditSettings:
+class AuditSettings(NamedTuple):
     """The session's audit level and whether to check against the dispatcher."""
 
     level: str
@@ -48,8 +51,8 @@ class AuditSettings:
 
 
 settings_key = pytest.StashKey[AuditSettings]()
-table_key = pytest.StashKey[mps_ops.OpTable]()
-_recorder_key = pytest.StashKey["Recorder"]()
+table_key: pytest.StashKey[OpTable] = pytest.StashKey()
+_recorder_key: pytest.StashKey[Recorder] = pytest.StashKey()
 
 
 parse_level = choice(LEVELS)
@@ -99,6 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.level == "off":
         return
     from pytest_mps import backend
+    from pytest_mps.audit import ops as mps_ops
 
     if not backend.torch_installed():
         raise pytest.UsageError("--mps-audit: torch is not installed")
@@ -125,6 +129,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     table = config.stash.get(table_key, None)
     if table is None:
         return None
+    from pytest_mps.audit import ops as mps_ops
+
     counts = table.counts()
     return (
         f"mps-audit: {config.stash[settings_key].level}; op table of torch "
@@ -157,6 +163,7 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Any:
     table = config.stash.get(table_key, None)
     if table is None:
         return None
+    from pytest_mps.audit.recorder import Recorder
     from pytest_mps.devices import devices_key
 
     callspec = getattr(item, "callspec", None)
@@ -175,6 +182,8 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Any:
 
 
 def _describe(row: Mapping[str, Any]) -> str:
+    from pytest_mps.audit import ops as mps_ops
+
     if row["kind"] == "dtype":
         return f"{row['name']} (in {row['op']}): {row['why']}"
     return f"{row['name']}: {mps_ops.MEANING[row['outcome']]} ({row['why']})"
@@ -186,6 +195,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     recorder = item.stash.get(_recorder_key, None)
     if recorder is None or item.config.stash[settings_key].level != "error":
         return result
+    from pytest_mps.audit.recorder import is_problem
+
     problems = [r for r in recorder.results(allowed_ops(item)) if is_problem(r)]
     if problems:
         lines = [f"  {_describe(r)}\n    first at {r['first']}" for r in problems]
@@ -230,6 +241,8 @@ def _collect(stats: Mapping[str, list[Any]]) -> tuple[dict[str, list[Any]], set[
 
 def session_rows(per_test: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """One row per op or dtype over the session: count, tests, first user line."""
+    from pytest_mps.audit.recorder import is_problem
+
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for nodeid, findings in per_test.items():
         for found in findings:
@@ -258,6 +271,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     table = config.stash.get(table_key, None)
     if table is None:
         return
+    from pytest_mps.audit import ops as mps_ops
     from pytest_mps.watch.locations import relative_location
 
     per_test, ops = _collect(terminalreporter.stats)

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from pytest_mps import accelerator, backend
+from pytest_mps.benchmark.options import PROPERTY, Settings
 from pytest_mps.benchmark.stats import Stats
 from pytest_mps.benchmark.storage import cpu_name
-from pytest_mps.benchmark.timer import Probe, Result, Settings, measure
+from pytest_mps.benchmark.timer import Probe, Result, measure
 
 #: The user property that carries one measurement to the controller (xdist too).
-PROPERTY = "mps_benchmark"
 #: The most per-round times a result carries into reports and files.
 MAX_DATA = 10_000
 

@@ -1,4 +1,7 @@
-"""The benchmark options: flags, their ini twins, and validation.
+"""The benchmark options: flags, their ini twins, validation, and the settings.
+
+Light on purpose (the start-up imports it): the timer, storage and fixture
+import from here, never the other way round.
 
 Precedence: marker > command line > ini. A bad value is an argparse error
 naming the flag, or a usage error naming the ini option and its file.
@@ -6,17 +9,20 @@ naming the flag, or a usage error naming the ini option and its file.
 
 from __future__ import annotations
 
-import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from pytest_mps import devices as session_devices
-from pytest_mps.benchmark.storage import FailExpr, parse_fail_expr
-from pytest_mps.benchmark.timer import Settings
 from pytest_mps.options import argparse_check
+
+#: The name of a test's measurements on ``report.user_properties``.
+PROPERTY = "mps_benchmark"
+STATS = ("min", "max", "mean", "median")
+_FAIL_EXPR = re.compile(r"^(min|max|mean|median):(\d+(?:\.\d*)?|\.\d+)(%?)$")
 
 ONLY_HELP = "run only the tests that use the mps_benchmark fixture."
 SKIP_HELP = "skip the tests that use the mps_benchmark fixture."
@@ -48,8 +54,56 @@ WARMUP_HELP = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class BenchmarkOptions:
+class Settings(NamedTuple):
+    """What a measurement may spend; the fixture fills it from marker and options."""
+
+    warmup: bool | int = True
+    rounds: int | None = None
+    iterations: int | None = None
+    min_time: float = 5e-6
+    max_time: float = 1.0
+    min_rounds: int = 5
+    #: Consecutive warmup windows whose medians differ by less than this are stable.
+    stable_tolerance: float = 0.05
+    #: Device events and wall time further apart than this disagree.
+    events_tolerance: float = 0.10
+
+
+class FailExpr(NamedTuple):
+    """``median:10%`` (relative) or ``min:0.001`` (absolute seconds)."""
+
+    stat: str
+    amount: float
+    percent: bool
+
+    def __str__(self) -> str:
+        return f"{self.stat}:{self.amount:g}{'%' if self.percent else ''}"
+
+    def regression(self, current: float, baseline: float) -> str | None:
+        """A description of the slowdown when it passes the threshold, else None."""
+        change = current - baseline
+        limit = baseline * self.amount / 100 if self.percent else self.amount
+        if change <= limit:
+            return None
+        pct = change / baseline * 100 if baseline else float("inf")
+        return (
+            f"{self.stat} {current * 1e6:.4g} us vs {baseline * 1e6:.4g} us "
+            f"(+{pct:.1f}%, limit {self})"
+        )
+
+
+def parse_fail_expr(text: str, where: str) -> FailExpr:
+    """Parse one compare-fail expression; ValueError naming ``where`` otherwise."""
+    match = _FAIL_EXPR.match(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{where}: {text!r} is not a threshold; use STAT:N% or STAT:SECONDS "
+            f"with STAT one of {', '.join(STATS)} (e.g. median:10%)"
+        )
+    return FailExpr(match.group(1), float(match.group(2)), bool(match.group(3)))
+
+
+class BenchmarkOptions(NamedTuple):
     """The session's benchmark options, validated once."""
 
     only: bool
@@ -224,8 +278,7 @@ def read_options(config: pytest.Config) -> BenchmarkOptions:
         compare_fail=fail,
         devices=_setting(config, "mps_benchmark_devices", parse_device_list) or (),
         storage=Path(config.rootpath, storage or ".benchmarks"),
-        settings=dataclasses.replace(
-            defaults,
+        settings=defaults._replace(
             min_time=min_time or defaults.min_time,
             max_time=max_time or defaults.max_time,
             warmup=defaults.warmup if warmup is None else warmup,

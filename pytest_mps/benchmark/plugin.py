@@ -9,22 +9,26 @@ every worker's.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_mps import accelerator
 from pytest_mps import devices as session_devices
-from pytest_mps.benchmark.fixture import MpsBenchmark, release_memory
-from pytest_mps.benchmark.options import BenchmarkOptions, add_options, read_options
-from pytest_mps.benchmark.storage import parse_fail_expr
+from pytest_mps import ownership
+from pytest_mps.benchmark.options import (
+    BenchmarkOptions,
+    add_options,
+    parse_fail_expr,
+    read_options,
+)
 
 if TYPE_CHECKING:
     import torch
+
+    from pytest_mps.benchmark.fixture import MpsBenchmark
 
 MARKER = (
     "mps_benchmark(group=None, warmup=None, rounds=None, min_time=None, "
@@ -34,8 +38,7 @@ MARKER = (
 _MARK_ARGS = ("group", "warmup", "rounds", "min_time", "max_time", "compare_fail")
 
 
-@dataclasses.dataclass(frozen=True)
-class BenchmarkMark:
+class BenchmarkMark(NamedTuple):
     """A parsed ``@pytest.mark.mps_benchmark``."""
 
     group: str | None = None
@@ -50,7 +53,7 @@ options_key = pytest.StashKey[BenchmarkOptions]()
 mark_key = pytest.StashKey[BenchmarkMark]()
 mark_error_key = pytest.StashKey[str]()
 session_key = pytest.StashKey[Any]()
-fixture_key = pytest.StashKey[MpsBenchmark]()
+fixture_key: pytest.StashKey[MpsBenchmark] = pytest.StashKey()
 #: The session's devices before --mps-benchmark-devices added to them.
 original_devices_key = pytest.StashKey[list[str]]()
 
@@ -70,13 +73,15 @@ def _torch_device(name: str) -> torch.device:
 def pytest_mps_synchronize(device: str) -> bool | None:
     if device == "cpu":
         return True
+    from pytest_mps import accelerator
+
     accelerator.synchronize(_torch_device(device))
     return True
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", MARKER)
+    ownership.register_markers(config, MARKER)
     options = read_options(config)
     config.stash[options_key] = options
     # --mps-benchmark-devices adds devices to the session's list so the 'device'
@@ -172,7 +177,7 @@ def pytest_collection_modifyitems(
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
-        mark = item.get_closest_marker("mps_benchmark")
+        mark = ownership.closest_marker(item, "mps_benchmark")
         if mark is not None:
             try:
                 item.stash[mark_key] = parse_mark(mark, item.nodeid)
@@ -275,12 +280,13 @@ def mps_benchmark(request: pytest.FixtureRequest) -> Generator[MpsBenchmark]:
     takes several named measurements; ``.pedantic(...)`` fixes rounds and
     iterations; ``.stats`` holds the last one's min, median, iqr, ... in seconds.
     """
+    from pytest_mps.benchmark.fixture import MpsBenchmark, release_memory
+
     item = request.node
     options = item.config.stash[options_key]
     mark = item.stash.get(mark_key, None) or BenchmarkMark()
     settings = options.settings
-    settings = dataclasses.replace(
-        settings,
+    settings = settings._replace(
         warmup=settings.warmup if mark.warmup is None else mark.warmup,
         rounds=mark.rounds,
         min_time=mark.min_time or settings.min_time,

@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mps import __version__
-from pytest_mps.benchmark import storage
-from pytest_mps.benchmark.fixture import PROPERTY
-from pytest_mps.benchmark.options import BenchmarkOptions
-from pytest_mps.benchmark.report import device_table, results_table
+from pytest_mps.benchmark.options import PROPERTY, BenchmarkOptions
 
 
 class BenchmarkSession:
@@ -54,6 +50,10 @@ class BenchmarkSession:
             if self.options.compare is not None and not self.is_worker:
                 self.messages.append("nothing to compare: no benchmark ran")
             return
+        # the engine is imported only once a benchmark has run
+        from pytest_mps import __version__
+        from pytest_mps.benchmark import storage
+
         opts = self.options
         doc: dict[str, Any] | None = None
         if opts.json or opts.save or opts.autosave or opts.compare is not None:
@@ -76,6 +76,8 @@ class BenchmarkSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _compare(self, doc: dict[str, Any]) -> None:
+        from pytest_mps.benchmark import storage
+
         opts = self.options
         key = doc["machine_info"]["machine_key"]
         try:
@@ -98,6 +100,8 @@ class BenchmarkSession:
             return
         tr = terminalreporter
         if self.entries:
+            from pytest_mps.benchmark.report import device_table, results_table
+
             tr.write_line("")
             for line in results_table(self.entries, self.changes):
                 tr.write_line(line)

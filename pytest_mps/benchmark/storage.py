@@ -8,7 +8,6 @@ never collide. Every file is written atomically.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib.metadata
 import json
@@ -22,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mps import backend
+from pytest_mps.benchmark.options import FailExpr, parse_fail_expr
 
-STATS = ("min", "max", "mean", "median")
-_FAIL_EXPR = re.compile(r"^(min|max|mean|median):(\d+(?:\.\d*)?|\.\d+)(%?)$")
 _RUN_FILE = re.compile(r"^(\d{4})_(.*)\.json$")
 
 
@@ -300,41 +298,6 @@ def load_baseline(path: Path, key: str) -> tuple[dict[str, Any], str | None]:
 
 
 # -- regressions ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class FailExpr:
-    """``median:10%`` (relative) or ``min:0.001`` (absolute seconds)."""
-
-    stat: str
-    amount: float
-    percent: bool
-
-    def __str__(self) -> str:
-        return f"{self.stat}:{self.amount:g}{'%' if self.percent else ''}"
-
-    def regression(self, current: float, baseline: float) -> str | None:
-        """A description of the slowdown when it passes the threshold, else None."""
-        change = current - baseline
-        limit = baseline * self.amount / 100 if self.percent else self.amount
-        if change <= limit:
-            return None
-        pct = change / baseline * 100 if baseline else float("inf")
-        return (
-            f"{self.stat} {current * 1e6:.4g} us vs {baseline * 1e6:.4g} us "
-            f"(+{pct:.1f}%, limit {self})"
-        )
-
-
-def parse_fail_expr(text: str, where: str) -> FailExpr:
-    """Parse one compare-fail expression; ValueError naming ``where`` otherwise."""
-    match = _FAIL_EXPR.match(text.strip())
-    if match is None:
-        raise ValueError(
-            f"{where}: {text!r} is not a threshold; use STAT:N% or STAT:SECONDS "
-            f"with STAT one of {', '.join(STATS)} (e.g. median:10%)"
-        )
-    return FailExpr(match.group(1), float(match.group(2)), bool(match.group(3)))
 
 
 def regressions(

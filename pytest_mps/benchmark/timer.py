@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pytest_mps.benchmark.options import Settings
 from pytest_mps.benchmark.stats import Stats
 
 clock = time.perf_counter
@@ -62,22 +63,6 @@ class Probe:
     memory: Callable[[], int | None] = _nothing
     #: False for CPU: the sync is a no-op and host/device verdicts mean nothing.
     asynchronous: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """What a measurement may spend; the fixture fills it from marker and options."""
-
-    warmup: bool | int = True
-    rounds: int | None = None
-    iterations: int | None = None
-    min_time: float = 5e-6
-    max_time: float = 1.0
-    min_rounds: int = 5
-    #: Consecutive warmup windows whose medians differ by less than this are stable.
-    stable_tolerance: float = 0.05
-    #: Device events and wall time further apart than this disagree.
-    events_tolerance: float = 0.10
 
 
 @dataclasses.dataclass(frozen=True)

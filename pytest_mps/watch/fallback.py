@@ -16,7 +16,6 @@ the op raises ``NotImplementedError`` (``mps_error_fallback``, same file).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import re
 import sys
@@ -26,15 +25,17 @@ from typing import Any
 
 import pytest
 
+from pytest_mps import ownership
 from pytest_mps.options import argparse_type, choice
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
 
 FALLBACK_HELP = (
-    "what to do with ops that fall back from MPS to the CPU: 'warn' (default) "
-    "lists them per test and in the summary, 'error' fails the test listing them, "
-    "'off' leaves PYTORCH_ENABLE_MPS_FALLBACK and torch's warnings alone. Under "
-    "warn/error pytest-mps sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch loads."
+    "what to do with ops that fall back from MPS to the CPU: 'warn' lists them "
+    "per test and in the summary, 'error' fails the test listing them, 'off' "
+    "leaves PYTORCH_ENABLE_MPS_FALLBACK and torch's warnings alone. Under "
+    "warn/error pytest-mps sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch loads. "
+    "Default: warn when the session runs on MPS (--mps), off otherwise."
 )
 ALLOW_HELP = "ops allowed to fall back to the CPU, one per line (aten::_linalg_svd)"
 MODES = ("error", "warn", "off")
@@ -82,33 +83,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mps_allow_fallback", ALLOW_HELP, type="linelist", default=[])
 
 
-def _mode(config: pytest.Config) -> str:
+def _targets_mps(config: pytest.Config, early: bool) -> bool:
+    """Whether the session asked for the MPS device (--mps, --device mps, ini)."""
+    # in pytest_load_initial_conftests only the known args are parsed yet, and
+    # a short flag read there may turn out to be the project's own
+    space = config.known_args_namespace if early else config.option
+    if getattr(space, "mps_only", False):
+        return True
+    values = [*(getattr(space, "mps_devices", None) or [])]
+    values += config.getini("mps_devices")
+    return any(str(v).strip().lower().startswith("mps") for v in values)
+
+
+def _mode(config: pytest.Config, early: bool = False) -> str:
     value = config.getoption("mps_fallback")
-    if value is None:
-        # in pytest_load_initial_conftests only the known args are parsed yet
-        known = getattr(config, "known_args_namespace", None)
-        value = getattr(known, "mps_fallback", None)
+    if value is None and early:
+        value = getattr(config.known_args_namespace, "mps_fallback", None)
     if value is not None:
         return str(value)
     ini = config.getini("mps_fallback")
     if not ini:
-        return "warn"
+        # a guest: the variable is set only for a session that opts in
+        return "warn" if _targets_mps(config, early) else "off"
     try:
         return parse_mode(str(ini), f"ini option mps_fallback in {config.inipath}")
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
-@dataclasses.dataclass
 class FallbackState:
     """What the session changed, to say so in the header and undo it after."""
 
-    mode: str
-    variable_before: str | None
-    torch_was_imported: bool
-    allowed: frozenset[str]
-    warn_always_before: bool | None = None
-    seen_other: set[tuple[type[Warning], str]] = dataclasses.field(default_factory=set)
+    def __init__(
+        self,
+        mode: str,
+        variable_before: str | None,
+        torch_was_imported: bool,
+        allowed: frozenset[str],
+    ) -> None:
+        self.mode = mode
+        self.variable_before = variable_before
+        self.torch_was_imported = torch_was_imported
+        self.allowed = allowed
+        self.warn_always_before: bool | None = None
+        self.seen_other: set[tuple[type[Warning], str]] = set()
 
 
 state_key = pytest.StashKey[FallbackState]()
@@ -118,13 +136,22 @@ state_key = pytest.StashKey[FallbackState]()
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # The earliest hook that runs before conftest.py files (which often import
     # torch) are imported; torch reads the variable once, when it loads.
-    _set_up(early_config)
+    _set_up(early_config, early=True)
 
 
-def _set_up(config: pytest.Config) -> FallbackState:
+def _set_variable(state: FallbackState) -> None:
+    if state.mode != "off":
+        os.environ[VARIABLE] = "1"
+    elif state.variable_before is None:
+        os.environ.pop(VARIABLE, None)
+    else:
+        os.environ[VARIABLE] = state.variable_before
+
+
+def _set_up(config: pytest.Config, early: bool = False) -> FallbackState:
     if state_key in config.stash:
         return config.stash[state_key]
-    mode = _mode(config)
+    mode = _mode(config, early)
     before = os.environ.get(VARIABLE)
     state = FallbackState(
         mode=mode,
@@ -132,31 +159,35 @@ def _set_up(config: pytest.Config) -> FallbackState:
         torch_was_imported="torch" in sys.modules,
         allowed=frozenset(_op_name(o) for o in config.getini("mps_allow_fallback")),
     )
-    if mode != "off":
-        os.environ[VARIABLE] = "1"
+    _set_variable(state)
     config.stash[state_key] = state
     return state
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
+    ownership.register_markers(
+        config,
         "mps_allow_fallback(*ops): these ops (aten::_linalg_svd, ...) may fall "
         "back to the CPU in this test; with no ops, every op may.",
     )
     # When the plugin is loaded late (-p from a conftest), set up here instead.
-    _set_up(config)
+    state = _set_up(config)
+    # Read again now that the command line is parsed whole: a --mps or --device
+    # read early may have been the project's own flag.
+    mode = _mode(config)
+    if mode != state.mode:
+        state.mode = mode
+        _set_variable(state)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(state_key, None)
     if state is None:
         return
-    if state.mode != "off":
-        if state.variable_before is None:
-            os.environ.pop(VARIABLE, None)
-        else:
-            os.environ[VARIABLE] = state.variable_before
+    if state.variable_before is None:
+        os.environ.pop(VARIABLE, None)
+    else:
+        os.environ[VARIABLE] = state.variable_before
     if state.warn_always_before is not None and "torch" in sys.modules:
         import torch
 
@@ -190,7 +221,7 @@ _allow_error_key = pytest.StashKey[str]()
 
 def _parse_allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
     allowed = set(state.allowed)
-    for mark in item.iter_markers("mps_allow_fallback"):
+    for mark in ownership.iter_markers(item, "mps_allow_fallback"):
         if not mark.args:
             return None
         for arg in mark.args:
@@ -319,7 +350,7 @@ def _raising_frame(exc: BaseException) -> Any:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     state = item.config.stash.get(state_key, None)
-    if state is None:
+    if state is None or state.mode == "off":
         return (yield)
     try:
         result = yield
@@ -331,8 +362,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         raise
     finally:
         # torch may have been imported by this test: later tests get warn-always
-        if state.mode != "off":
-            _enable_warn_always(state)
+        _enable_warn_always(state)
     if state.mode != "error":
         return result
     leaks = [
@@ -366,11 +396,9 @@ def pytest_runtest_makereport(
         report.sections.append(
             (
                 "pytest-mps fallback",
-                f"{match.group('op')} has no MPS kernel, and {VARIABLE} was not "
-                "set when torch loaded, so the test stopped at the first such op. "
-                "Run with --mps-fallback=warn (the default) or =error, with torch "
-                f"imported after pytest starts (or {VARIABLE}=1 in the environment), "
-                "to run the test to its end and list every op that falls back.",
+                f"{match.group('op')} has no MPS kernel: run with "
+                f"--mps-fallback=warn, or set {VARIABLE}=1, to run on and list "
+                "every op that falls back to the CPU",
             )
         )
     return report

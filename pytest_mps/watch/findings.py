@@ -8,7 +8,6 @@ the ``watch`` section of the ``--mps-report`` JSON from the reports.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator, Iterable
 from typing import Any
 
@@ -30,16 +29,28 @@ KINDS = {
 PROPERTY = "pytest_mps.watch.findings"
 
 
-@dataclasses.dataclass
 class Finding:
     """One op of one kind in one test: how often, and where first."""
 
-    kind: str
-    op: str
-    count: int
-    location: str
-    allowed: bool = False
-    detail: str = ""
+    def __init__(
+        self,
+        kind: str,
+        op: str,
+        count: int,
+        location: str,
+        allowed: bool = False,
+        detail: str = "",
+    ) -> None:
+        self.kind = kind
+        self.op = op
+        self.count = count
+        self.location = location
+        self.allowed = allowed
+        self.detail = detail
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as the JSON row it travels as."""
+        return dict(vars(self))
 
 
 class TestFindings:
@@ -106,7 +117,7 @@ def pytest_runtest_makereport(
     if found is not None and found.entries:
         root = item.config.rootpath
         rows = [
-            {**dataclasses.asdict(f), "location": relative_location(f.location, root)}
+            {**f.as_dict(), "location": relative_location(f.location, root)}
             for f in found.entries.values()
         ]
         report.user_properties.append((PROPERTY, rows))

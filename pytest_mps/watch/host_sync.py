@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from pytest_mps import ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.watch import OpCallback
 from pytest_mps.watch.findings import TestFindings, findings_for
@@ -257,8 +258,8 @@ def _test_device(item: pytest.Item) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
+    ownership.register_markers(
+        config,
         "no_host_sync: fail at the first op that makes the host wait for the device "
         "(.item(), copies to the host, nonzero, bool masks, ...), naming the op and "
         "line. On CPU, CPU tensors count as device tensors.",
@@ -270,7 +271,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:
-    if item.get_closest_marker("no_host_sync") is None:
+    if ownership.closest_marker(item, "no_host_sync") is None:
         return None
     count_cpu = _test_device(item) == "cpu"
     return SyncGuard(count_cpu, "@pytest.mark.no_host_sync", findings_for(item))

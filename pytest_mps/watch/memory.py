@@ -11,14 +11,13 @@ so, rather than printing zeros (nanochat#838).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 from collections.abc import Generator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from pytest_mps import accelerator
+from pytest_mps import accelerator, ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.report import add_report_section
 from pytest_mps.watch import OpCallback
@@ -27,24 +26,23 @@ MIB = 1024 * 1024
 PROPERTY = "pytest_mps.watch.memory"
 
 
-@dataclasses.dataclass(frozen=True)
-class MemoryMark:
+class MemoryMark(NamedTuple):
     """The parsed ``mps_memory`` marker."""
 
     max_mb: float | None = None
     leak_mb: float | None = None
 
 
-@dataclasses.dataclass
 class MemoryUsage:
     """What the test body allocated on ``device`` (bytes; None when unmeasured)."""
 
-    device: str
-    measured: bool
-    start: int = 0
-    peak: int | None = None
-    end: int | None = None
-    extra: dict[str, int] = dataclasses.field(default_factory=dict)
+    def __init__(self, device: str, measured: bool) -> None:
+        self.device = device
+        self.measured = measured
+        self.start = 0
+        self.peak: int | None = None
+        self.end: int | None = None
+        self.extra: dict[str, int] = {}
 
     @property
     def peak_mb(self) -> float | None:
@@ -91,7 +89,7 @@ def memory_mark(item: pytest.Item) -> MemoryMark | None:
     """The test's parsed ``mps_memory`` marker (cached), or None."""
     if mark_key in item.stash:
         return item.stash[mark_key]
-    mark = item.get_closest_marker("mps_memory")
+    mark = ownership.closest_marker(item, "mps_memory")
     parsed = None
     if mark is not None:
         extra = set(mark.kwargs) - {"max_mb", "leak_mb"}
@@ -138,8 +136,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     collector = config.stash[_collector_key] = _Collector(config)
     config.pluginmanager.register(collector, "pytest-mps-memory")
-    config.addinivalue_line(
-        "markers",
+    ownership.register_markers(
+        config,
         "mps_memory(max_mb=None, leak_mb=None): report the test's peak device "
         "memory and what it left allocated; fail above max_mb peak or leak_mb left.",
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pytest_mps import ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.options import argparse_type, choice
 from pytest_mps.watch import OpCallback
@@ -51,8 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
+    ownership.register_markers(
+        config,
         "no_mixed_devices: fail the test if an op mixes tensors of several devices "
         "(e.g. a 0-dim CPU tensor with GPU tensors, pytorch#142048).",
     )
@@ -96,7 +97,7 @@ class DeviceGuard:
 
 
 def _mode_for(item: pytest.Item) -> str:
-    if item.get_closest_marker("no_mixed_devices") is not None:
+    if ownership.closest_marker(item, "no_mixed_devices") is not None:
         return "error"
     return item.config.stash.get(mode_key, "off")
 

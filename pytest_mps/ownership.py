@@ -1,0 +1,280 @@
+"""Being a guest: what the project defines itself wins, and nothing changes unasked.
+
+pytest loads an installed plugin into every suite of its environment. So:
+
+- **Flags.** Where a project (its conftest.py, or another plugin) defines a flag
+  of ours without the ``--mps-`` prefix (``--device``, ``--mps``), its option
+  wins; ours stays reachable as ``--mps-device`` (``--mps-device=mps`` for
+  ``--mps``).
+- **Markers.** A marker name the project declares itself (ini ``markers``, or
+  ``config.addinivalue_line`` in its conftest) is not registered by us, and we
+  do not act on it.
+- **Fixtures.** A fixture name the project defines itself (``device``,
+  ``seed``, ...) is theirs: pytest already gives the test their fixture, and we
+  parametrize nothing for it.
+- **Opting in.** A run asks for pytest-mps with one of its options or ini
+  settings (:func:`opted_in`), or per test with a fixture or marker of ours.
+
+The pytest internals this needs (the argparse actions behind the parser, a
+test's fixture definitions) are read in two functions below, each covered by a
+test in ``tests/test_ownership.py`` that fails loudly if pytest moves them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+#: Our flags that lack the ``--mps-`` prefix, with the spelling that stays ours.
+SHORT_FLAGS = {"--device": "--mps-device", "--mps": "--mps-device=mps"}
+
+#: Every ini setting of ours; ``tests/test_ownership.py`` checks it is complete.
+INI_NAMES = (
+    "mps_devices",
+    "mps_seed",
+    "mps_report",
+    "mps_fallback",
+    "mps_allow_fallback",
+    "mps_mixed_devices",
+    "mps_watch_every_op",
+    "mps_audit",
+    "mps_audit_check",
+    "mps_benchmark_autosave",
+    "mps_benchmark_compare_fail",
+    "mps_benchmark_devices",
+    "mps_benchmark_storage",
+    "mps_benchmark_min_time",
+    "mps_benchmark_max_time",
+    "mps_benchmark_warmup",
+)
+
+GROUP = "mps"
+
+
+class Yielded:
+    """The names pytest-mps left to the project in this session."""
+
+    def __init__(self, flags: list[str]) -> None:
+        self.flags = flags
+        self.markers: list[str] = []
+        #: marker names the project declared before ours were registered
+        self.project_markers: frozenset[str] | None = None
+
+    def line(self) -> str | None:
+        """``yielded to the project: --device (use --mps-device), marker mps``."""
+        parts = [f"{flag} (use {SHORT_FLAGS[flag]})" for flag in self.flags]
+        parts += [f"marker {name}" for name in self.markers]
+        return f"yielded to the project's own {', '.join(parts)}" if parts else None
+
+
+yielded_key = pytest.StashKey[Yielded]()
+
+# The parser of each session, by plugin manager (pytester runs several sessions
+# in one process); filled in pytest_addoption.
+_parsers: weakref.WeakKeyDictionary[Any, pytest.Parser] = weakref.WeakKeyDictionary()
+_flags_yielded: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+# -- flags ---------------------------------------------------------------------------
+
+
+def _detach_short_flags(parser: pytest.Parser) -> list[tuple[Any, Any, str]]:
+    """Take our short flags out of the argparse parser; return what to put back.
+
+    Private pytest API (pytest 9: ``Parser.optparser``, ``OptionGroup.options``
+    holding ``Argument._action``): pytest 9 builds argparse as options are added,
+    so a conftest adding ``--device`` after us would raise "conflicting option
+    string" at once. On pytest 8 (argparse built at parse time) nothing is
+    detached; :func:`_yield_pytest8` does the job after the conftests load.
+    """
+    optparser = getattr(parser, "optparser", None)
+    if optparser is None:
+        return []
+    taken_out = []
+    for argument in parser.getgroup(GROUP).options:
+        action: Any = argument._action
+        for flag in list(action.option_strings):
+            if flag in SHORT_FLAGS:
+                action.option_strings.remove(flag)
+                optparser._option_string_actions.pop(flag, None)
+                if not action.option_strings:
+                    action.container._remove_action(action)
+                taken_out.append((argument, action, flag))
+    return taken_out
+
+
+def _reattach_short_flags(
+    parser: pytest.Parser, taken_out: list[tuple[Any, Any, str]]
+) -> list[str]:
+    """Put back the flags nobody else defined meanwhile; return the ones yielded."""
+    optparser: Any = parser.optparser
+    yielded = []
+    for _argument, action, flag in taken_out:
+        if flag in optparser._option_string_actions:
+            yielded.append(flag)
+            continue
+        removed = not action.option_strings
+        action.option_strings.insert(0, flag)
+        if removed:
+            action.container._add_action(action)  # indexes its option strings
+        else:
+            optparser._option_string_actions[flag] = action
+    return yielded
+
+
+def _yield_pytest8(parser: pytest.Parser) -> list[str]:
+    """Pytest 8: drop our short flags that another option also names."""
+    groups: list[Any] = [parser._anonymous, *parser._groups]
+    ours = parser.getgroup(GROUP).options
+    taken = {
+        name
+        for group in groups
+        for argument in group.options
+        if argument not in ours
+        for name in argument.names()
+    }
+    yielded = []
+    for argument in ours:
+        for flag in SHORT_FLAGS:
+            long_opts: list[str] = argument._long_opts  # type: ignore[attr-defined]
+            if flag in taken and flag in long_opts:
+                long_opts.remove(flag)
+                yielded.append(flag)
+    return yielded
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
+    _parsers[pluginmanager] = parser
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config,
+) -> Generator[None, None, None]:
+    # The command line was read once already (known args, with our flags in
+    # place); conftest.py files now add their options, and theirs must win.
+    parser = _parsers.get(early_config.pluginmanager)
+    if parser is None:
+        return (yield)
+    taken_out = _detach_short_flags(parser)
+    try:
+        return (yield)
+    finally:
+        if taken_out:
+            yielded = _reattach_short_flags(parser, taken_out)
+        else:
+            yielded = _yield_pytest8(parser) if not hasattr(parser, "optparser") else []
+        _flags_yielded[early_config.pluginmanager] = yielded
+
+
+def flag_yielded(config: pytest.Config, flag: str) -> bool:
+    """True when the project's own option took ``flag`` (``--device``, ``--mps``)."""
+    return flag in _flags_yielded.get(config.pluginmanager, ())
+
+
+# -- markers -------------------------------------------------------------------------
+
+
+def _marker_name(line: str) -> str:
+    return line.split(":", 1)[0].split("(", 1)[0].strip()
+
+
+def _yielded(config: pytest.Config) -> Yielded:
+    found = config.stash.get(yielded_key, None)
+    if found is None:
+        found = config.stash[yielded_key] = Yielded(
+            flags=list(_flags_yielded.get(config.pluginmanager, ()))
+        )
+    return found
+
+
+def register_markers(config: pytest.Config, *lines: str) -> None:
+    """Register our markers, leaving alone the names the project declared itself.
+
+    The project's names are read once, before any of ours is added, so every
+    module of ours can call this from its ``pytest_configure``.
+    """
+    yielded = _yielded(config)
+    if yielded.project_markers is None:
+        yielded.project_markers = frozenset(
+            _marker_name(line) for line in config.getini("markers")
+        )
+    for line in lines:
+        name = _marker_name(line)
+        if name in yielded.project_markers:
+            if name not in yielded.markers:
+                yielded.markers.append(name)
+            continue
+        config.addinivalue_line("markers", line)
+
+
+def marker_is_ours(config: pytest.Config, name: str) -> bool:
+    """False when the project declared a marker of this name itself."""
+    found = config.stash.get(yielded_key, None)
+    return found is None or name not in found.markers
+
+
+def closest_marker(item: pytest.Item, name: str) -> pytest.Mark | None:
+    """``item.get_closest_marker(name)`` when the marker is ours, else None."""
+    if not marker_is_ours(item.config, name):
+        return None
+    return item.get_closest_marker(name)
+
+
+def iter_markers(item: pytest.Item, name: str) -> list[pytest.Mark]:
+    """``item.iter_markers(name)`` when the marker is ours, else nothing."""
+    if not marker_is_ours(item.config, name):
+        return []
+    return list(item.iter_markers(name))
+
+
+def yielded_line(config: pytest.Config) -> str | None:
+    """One header phrase naming what was yielded, or None."""
+    found = config.stash.get(yielded_key, None)
+    return found.line() if found is not None else None
+
+
+# -- fixtures ------------------------------------------------------------------------
+
+
+def fixture_is_ours(metafunc: pytest.Metafunc, name: str, function: Any) -> bool:
+    """True when ``name`` resolves, for this test, to our fixture ``function``.
+
+    Private pytest API (``Metafunc._arg2fixturedefs``, pytest 8 and 9): the
+    closest definition, the last in the list, is the one the test gets.
+    """
+    definitions = metafunc._arg2fixturedefs.get(name)
+    if not definitions:
+        return False
+    # pytest >= 8.4 wraps a fixture function in a FixtureFunctionDefinition
+    unwrapped = getattr(function, "__wrapped__", function)
+    return getattr(definitions[-1], "func", None) is unwrapped
+
+
+# -- opting in -----------------------------------------------------------------------
+
+
+_INI_OFF: tuple[object, ...] = (None, "", [], False, "off")
+
+
+def opted_in(config: pytest.Config) -> bool:
+    """True when the run set an option or ini setting of pytest-mps."""
+    parser = _parsers.get(config.pluginmanager)
+    if parser is not None:
+        for argument in parser.getgroup(GROUP).options:
+            if not argument.names():
+                continue  # yielded to the project
+            value = config.getoption(argument.dest, None)
+            if value not in (None, False, [], argument.default):
+                return True
+    for name in INI_NAMES:
+        try:
+            value = config.getini(name)
+        except ValueError:
+            continue
+        if value not in _INI_OFF:
+            return True
+    return False
