@@ -153,8 +153,7 @@ def allowed_ops(item: pytest.Item) -> frozenset[str] | None:
     """
     from pytest_mps.watch import fallback
 
-    state = item.config.stash.get(fallback.state_key, None)
-    return frozenset() if state is None else fallback.allowed_ops_for(item, state)
+    return fallback.allowed_ops_for(item)
 
 
 @pytest.hookimpl

@@ -26,20 +26,10 @@ from typing import Any
 import pytest
 
 from pytest_mps import ownership
-from pytest_mps.options import argparse_type, choice
+from pytest_mps.watch import settings
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
-
-FALLBACK_HELP = (
-    "what to do with ops that fall back from MPS to the CPU: 'warn' lists them "
-    "per test and in the summary, 'error' fails the test listing them, 'off' "
-    "leaves PYTORCH_ENABLE_MPS_FALLBACK and torch's warnings alone. Under "
-    "warn/error pytest-mps sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch loads. "
-    "Default: warn when the session runs on MPS (--mps), off otherwise."
-)
-ALLOW_HELP = "ops allowed to fall back to the CPU, one per line (aten::_linalg_svd)"
-MODES = ("error", "warn", "off")
-VARIABLE = "PYTORCH_ENABLE_MPS_FALLBACK"
+from pytest_mps.watch.settings import VARIABLE
 
 # MPSFallback.mm, mps_fallback(): TORCH_WARN_ONCE("The operator '", name, "' is
 # not currently supported on the MPS backend and will fall back to run on the
@@ -66,51 +56,6 @@ _FILTER = r"(The operator '[^']+' is not currently supported on the MPS backend|
 _SUFFIX = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
 
 
-parse_mode = choice(MODES)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mps")
-    group.addoption(
-        "--mps-fallback",
-        dest="mps_fallback",
-        type=argparse_type(parse_mode, "--mps-fallback"),
-        metavar="{error,warn,off}",
-        default=None,
-        help=FALLBACK_HELP,
-    )
-    parser.addini("mps_fallback", FALLBACK_HELP, default=None)
-    parser.addini("mps_allow_fallback", ALLOW_HELP, type="linelist", default=[])
-
-
-def _targets_mps(config: pytest.Config, early: bool) -> bool:
-    """Whether the session asked for the MPS device (--mps, --device mps, ini)."""
-    # in pytest_load_initial_conftests only the known args are parsed yet, and
-    # a short flag read there may turn out to be the project's own
-    space = config.known_args_namespace if early else config.option
-    if getattr(space, "mps_only", False):
-        return True
-    values = [*(getattr(space, "mps_devices", None) or [])]
-    values += config.getini("mps_devices")
-    return any(str(v).strip().lower().startswith("mps") for v in values)
-
-
-def _mode(config: pytest.Config, early: bool = False) -> str:
-    value = config.getoption("mps_fallback")
-    if value is None and early:
-        value = getattr(config.known_args_namespace, "mps_fallback", None)
-    if value is not None:
-        return str(value)
-    ini = config.getini("mps_fallback")
-    if not ini:
-        # a guest: the variable is set only for a session that opts in
-        return "warn" if _targets_mps(config, early) else "off"
-    try:
-        return parse_mode(str(ini), f"ini option mps_fallback in {config.inipath}")
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 class FallbackState:
     """What the session changed, to say so in the header and undo it after."""
 
@@ -119,24 +64,15 @@ class FallbackState:
         mode: str,
         variable_before: str | None,
         torch_was_imported: bool,
-        allowed: frozenset[str],
     ) -> None:
         self.mode = mode
         self.variable_before = variable_before
         self.torch_was_imported = torch_was_imported
-        self.allowed = allowed
         self.warn_always_before: bool | None = None
         self.seen_other: set[tuple[type[Warning], str]] = set()
 
 
 state_key = pytest.StashKey[FallbackState]()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    # The earliest hook that runs before conftest.py files (which often import
-    # torch) are imported; torch reads the variable once, when it loads.
-    _set_up(early_config, early=True)
 
 
 def _set_variable(state: FallbackState) -> None:
@@ -148,16 +84,16 @@ def _set_variable(state: FallbackState) -> None:
         os.environ[VARIABLE] = state.variable_before
 
 
-def _set_up(config: pytest.Config, early: bool = False) -> FallbackState:
+def set_up(config: pytest.Config, early: bool = False) -> FallbackState:
+    """Decide the mode and set the variable; once per session (state in the stash)."""
     if state_key in config.stash:
         return config.stash[state_key]
-    mode = _mode(config, early)
+    mode = settings.fallback_mode(config, early)
     before = os.environ.get(VARIABLE)
     state = FallbackState(
         mode=mode,
         variable_before=before,
         torch_was_imported="torch" in sys.modules,
-        allowed=frozenset(_op_name(o) for o in config.getini("mps_allow_fallback")),
     )
     _set_variable(state)
     config.stash[state_key] = state
@@ -165,16 +101,11 @@ def _set_up(config: pytest.Config, early: bool = False) -> FallbackState:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    ownership.register_markers(
-        config,
-        "mps_allow_fallback(*ops): these ops (aten::_linalg_svd, ...) may fall "
-        "back to the CPU in this test; with no ops, every op may.",
-    )
-    # When the plugin is loaded late (-p from a conftest), set up here instead.
-    state = _set_up(config)
+    # Set up early (watch.plugin) or now, when the plugin is loaded late.
+    state = set_up(config)
     # Read again now that the command line is parsed whole: a --mps or --device
     # read early may have been the project's own flag.
-    mode = _mode(config)
+    mode = settings.fallback_mode(config)
     if mode != state.mode:
         state.mode = mode
         _set_variable(state)
@@ -219,8 +150,8 @@ def _op_name(name: str) -> str:
 _allow_error_key = pytest.StashKey[str]()
 
 
-def _parse_allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
-    allowed = set(state.allowed)
+def _parse_allowed(item: pytest.Item) -> frozenset[str] | None:
+    allowed = {_op_name(o) for o in item.config.getini("mps_allow_fallback")}
     for mark in ownership.iter_markers(item, "mps_allow_fallback"):
         if not mark.args:
             return None
@@ -234,14 +165,14 @@ def _parse_allowed(item: pytest.Item, state: FallbackState) -> frozenset[str] | 
     return frozenset(allowed)
 
 
-def allowed_ops_for(item: pytest.Item, state: FallbackState) -> frozenset[str] | None:
-    """Ops allowed to fall back in ``item``; None means every op.
+def allowed_ops_for(item: pytest.Item) -> frozenset[str] | None:
+    """Ops allowed to fall back in ``item`` (marker and ini list); None: every op.
 
     A bad marker allows nothing here and fails the test at setup, naming the
     marker and the test, instead of stopping the session.
     """
     try:
-        return _parse_allowed(item, state)
+        return _parse_allowed(item)
     except ValueError as exc:
         item.stash[_allow_error_key] = str(exc)
         return frozenset()
@@ -336,7 +267,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     # warn-always (which we turned on) repeats torch's other warn-once
     # warnings: pass each on once per session, as torch would.
     dedupe = state.seen_other if state.warn_always_before is False else None
-    with capture_fallbacks(findings_for(item), allowed_ops_for(item, state), dedupe):
+    with capture_fallbacks(findings_for(item), allowed_ops_for(item), dedupe):
         return (yield)
 
 
@@ -382,23 +313,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return result
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if call.when != "call" or call.excinfo is None:
-        return report
-    if not call.excinfo.errisinstance(NotImplementedError):
-        return report
-    match = NOT_IMPLEMENTED_RE.search(str(call.excinfo.value))
-    if match:
-        report.sections.append(
-            (
-                "pytest-mps fallback",
-                f"{match.group('op')} has no MPS kernel: run with "
-                f"--mps-fallback=warn, or set {VARIABLE}=1, to run on and list "
-                "every op that falls back to the CPU",
-            )
-        )
-    return report
+def not_implemented_note(text: str) -> str | None:
+    """One line for PyTorch's "not currently implemented for the MPS device" error."""
+    match = NOT_IMPLEMENTED_RE.search(text)
+    if match is None:
+        return None
+    return (
+        f"{match.group('op')} has no MPS kernel: run with --mps-fallback=warn, or "
+        f"set {VARIABLE}=1, to run on and list every op that falls back to the CPU"
+    )

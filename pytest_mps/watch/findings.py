@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mps.report import add_report_section
+from pytest_mps.watch import settings
 from pytest_mps.watch.locations import relative_location
 
 #: Kinds of finding, in summary order, with the heading each gets.
@@ -25,8 +25,6 @@ KINDS = {
     "mixed-devices": "ops mixing devices",
     "host-sync": "ops that made the host wait for the device",
 }
-
-PROPERTY = "pytest_mps.watch.findings"
 
 
 class Finding:
@@ -120,44 +118,8 @@ def pytest_runtest_makereport(
             {**f.as_dict(), "location": relative_location(f.location, root)}
             for f in found.entries.values()
         ]
-        report.user_properties.append((PROPERTY, rows))
+        report.user_properties.append((settings.FINDINGS_PROPERTY, rows))
     return report
-
-
-class _Collector:
-    """Gathers findings rows from reports; on the xdist controller, from workers."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.rows: list[tuple[str, dict[str, Any]]] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.rows.extend((report.nodeid, row) for row in _rows_of(report))
-
-    def pytest_sessionfinish(self) -> None:
-        add_report_section(self.config, "watch", aggregate(self.rows))
-
-
-_collector_key = pytest.StashKey[_Collector]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    collector = config.stash[_collector_key] = _Collector(config)
-    config.pluginmanager.register(collector, "pytest-mps-findings")
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    collector = config.stash.get(_collector_key, None)
-    if collector is not None:
-        config.pluginmanager.unregister(collector)
-        del config.stash[_collector_key]
-
-
-def _rows_of(report: pytest.TestReport) -> list[dict[str, Any]]:
-    for name, value in report.user_properties:
-        if name == PROPERTY and isinstance(value, list):
-            return value
-    return []
 
 
 def aggregate(
@@ -184,14 +146,10 @@ def aggregate(
     }
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    pairs = [
-        (report.nodeid, row)
-        for reports in terminalreporter.stats.values()
-        for report in reports
-        if isinstance(report, pytest.TestReport)
-        for row in _rows_of(report)
-    ]
+def write_summary(
+    terminalreporter: Any, pairs: Iterable[tuple[str, dict[str, Any]]]
+) -> None:
+    """The session summary of ``(nodeid, row)`` pairs, grouped by kind and op."""
     summary = aggregate(pairs)
     if not summary:
         return

@@ -35,7 +35,7 @@ import pytest
 
 from pytest_mps import ownership
 from pytest_mps.devices import devices_key
-from pytest_mps.watch import OpCallback
+from pytest_mps.watch import OpCallback, settings
 from pytest_mps.watch.findings import TestFindings, findings_for
 from pytest_mps.watch.locations import user_location
 
@@ -228,10 +228,6 @@ class SyncGuard:
         )
 
 
-# Whether CPU tensors count as device tensors in the running test.
-_count_cpu_default = [False]
-
-
 @contextlib.contextmanager
 def forbid_host_sync(*, count_cpu: bool | None = None) -> Iterator[None]:
     """Fail at the first op inside the block that makes the host wait for the device.
@@ -244,7 +240,7 @@ def forbid_host_sync(*, count_cpu: bool | None = None) -> Iterator[None]:
     __tracebackhide__ = True
     from pytest_mps.watch.mode import op_watch
 
-    cpu = _count_cpu_default[0] if count_cpu is None else count_cpu
+    cpu = settings.running_on_cpu[0] if count_cpu is None else count_cpu
     with op_watch(SyncGuard(cpu, "forbid_host_sync()")):
         yield
 
@@ -255,19 +251,6 @@ def _test_device(item: pytest.Item) -> str:
         return str(callspec.params["device"])
     devices = item.config.stash.get(devices_key, None) or ["cpu"]
     return devices[0]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    ownership.register_markers(
-        config,
-        "no_host_sync: fail at the first op that makes the host wait for the device "
-        "(.item(), copies to the host, nonzero, bool masks, ...), naming the op and "
-        "line. On CPU, CPU tensors count as device tensors.",
-    )
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    _count_cpu_default[0] = _test_device(item) == "cpu"
 
 
 def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:

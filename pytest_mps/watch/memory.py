@@ -19,11 +19,9 @@ import pytest
 
 from pytest_mps import accelerator, ownership
 from pytest_mps.devices import devices_key
-from pytest_mps.report import add_report_section
-from pytest_mps.watch import OpCallback
+from pytest_mps.watch import OpCallback, settings
 
 MIB = 1024 * 1024
-PROPERTY = "pytest_mps.watch.memory"
 
 
 class MemoryMark(NamedTuple):
@@ -104,43 +102,6 @@ def memory_mark(item: pytest.Item) -> MemoryMark | None:
         )
     item.stash[mark_key] = parsed
     return parsed
-
-
-class _Collector:
-    """Gathers each measured test's figures (from xdist workers too) for the JSON."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.rows: list[dict[str, Any]] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for name, value in report.user_properties:
-            if name == PROPERTY and isinstance(value, dict):
-                self.rows.append({"nodeid": report.nodeid, **value})
-
-    def pytest_sessionfinish(self) -> None:
-        if self.rows:
-            add_report_section(self.config, "memory", self.rows)
-
-
-_collector_key = pytest.StashKey[_Collector]()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    collector = config.stash.get(_collector_key, None)
-    if collector is not None:
-        config.pluginmanager.unregister(collector)
-        del config.stash[_collector_key]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    collector = config.stash[_collector_key] = _Collector(config)
-    config.pluginmanager.register(collector, "pytest-mps-memory")
-    ownership.register_markers(
-        config,
-        "mps_memory(max_mb=None, leak_mb=None): report the test's peak device "
-        "memory and what it left allocated; fail above max_mb peak or leak_mb left.",
-    )
 
 
 def _wanted(item: pytest.Item) -> bool:
@@ -261,7 +222,7 @@ def pytest_runtest_makereport(
     report.sections.append(("pytest-mps memory", usage.summary()))
     report.user_properties.append(
         (
-            PROPERTY,
+            settings.MEMORY_PROPERTY,
             {
                 "device": usage.device,
                 "measured": usage.measured,
@@ -271,16 +232,3 @@ def pytest_runtest_makereport(
         )
     )
     return report
-
-
-@pytest.fixture
-def mps_memory(request: pytest.FixtureRequest) -> MemoryUsage:
-    """The test body's device memory, filled in when the test's call ends.
-
-    Requesting it measures the test as ``@pytest.mark.mps_memory()`` does,
-    without a budget; on CPU ``measured`` is False.
-    """
-    usage: MemoryUsage | None = request.node.stash.get(usage_key, None)
-    if usage is None:
-        usage = MemoryUsage("cpu", False)
-    return usage

@@ -18,56 +18,10 @@ from typing import Any
 import pytest
 
 from pytest_mps import ownership
-from pytest_mps.devices import devices_key
-from pytest_mps.options import argparse_type, choice
-from pytest_mps.watch import OpCallback
+from pytest_mps.watch import OpCallback, settings
 from pytest_mps.watch.device_mix import describe_tensors, exempt_ops, mixes_devices
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
-
-MIXED_HELP = (
-    "flag ops whose tensors live on more than one device (0-dim CPU tensors next "
-    "to GPU tensors, pytorch#142048): 'error' fails the test, 'warn' reports, "
-    "'off'. Default: error under --mps, off otherwise."
-)
-MODES = ("error", "warn", "off")
-
-mode_key = pytest.StashKey[str]()
-
-
-parse_mode = choice(MODES)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mps")
-    group.addoption(
-        "--mps-mixed-devices",
-        dest="mps_mixed_devices",
-        type=argparse_type(parse_mode, "--mps-mixed-devices"),
-        metavar="{error,warn,off}",
-        default=None,
-        help=MIXED_HELP,
-    )
-    parser.addini("mps_mixed_devices", MIXED_HELP, default=None)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    ownership.register_markers(
-        config,
-        "no_mixed_devices: fail the test if an op mixes tensors of several devices "
-        "(e.g. a 0-dim CPU tensor with GPU tensors, pytorch#142048).",
-    )
-    value = config.getoption("mps_mixed_devices")
-    if value is None:
-        ini = config.getini("mps_mixed_devices")
-        where = f"ini option mps_mixed_devices in {config.inipath}"
-        try:
-            value = parse_mode(str(ini), where) if ini else None
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    if value is None:
-        value = "error" if "mps" in config.stash.get(devices_key, []) else "off"
-    config.stash[mode_key] = str(value)
 
 
 class DeviceGuard:
@@ -99,7 +53,7 @@ class DeviceGuard:
 def _mode_for(item: pytest.Item) -> str:
     if ownership.closest_marker(item, "no_mixed_devices") is not None:
         return "error"
-    return item.config.stash.get(mode_key, "off")
+    return item.config.stash.get(settings.mixed_mode_key, "off")
 
 
 def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:

@@ -1,39 +1,168 @@
-"""The test's one watch mode: ``--mps-watch-every-op`` and the call-phase wrapper.
+"""The watching family's front door: options, markers, and the test's one watch mode.
 
-Asks every ``pytest_mps_watch_ops`` implementation for a callback; when one
-returns a callback, the test's call phase runs inside one watch mode
-(:mod:`pytest_mps.watch.mode`, imported only then).
+The only module of the family that pytest loads at start-up. It registers the
+watchers (:mod:`.fallback`, :mod:`.mixed_devices`, :mod:`.host_sync`,
+:mod:`.memory`, with :mod:`.findings`) when the session asks for them (an
+option or ini setting) or a collected test does (a marker or fixture of
+theirs), so a suite that asks for none of them imports none of them. It asks
+every ``pytest_mps_watch_ops`` implementation for a callback and runs a test's
+call phase inside one watch mode (:mod:`.mode`) when one returns a callback.
+On the pytest-xdist controller it gathers the rows workers send for the summary
+and the ``--mps-report`` JSON.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_mps.watch import OpCallback
+from pytest_mps import ownership
+from pytest_mps.options import argparse_type
+from pytest_mps.watch import OpCallback, settings
 
-EVERY_OP_HELP = (
-    "watch every aten op of a watched test: no skipping of calls known to be "
-    "clean (F.linear on one device, ...), at several us per op"
-)
+if TYPE_CHECKING:
+    from pytest_mps.watch.memory import MemoryUsage
+
+
+@pytest.fixture
+def mps_memory(request: pytest.FixtureRequest) -> MemoryUsage:
+    """The test body's device memory, filled in when the test's call ends.
+
+    Requesting it measures the test as ``@pytest.mark.mps_memory()`` does,
+    without a budget; on CPU ``measured`` is False.
+    """
+    from pytest_mps.watch import memory
+
+    usage: MemoryUsage | None = request.node.stash.get(memory.usage_key, None)
+    if usage is None:
+        usage = memory.MemoryUsage("cpu", False)
+    return usage
+
+
+_WATCHERS = ("fallback", "mixed_devices", "host_sync", "memory")
+#: The names of the watcher modules registered in this session.
+_registered_key = pytest.StashKey[set[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mps")
+    group = parser.getgroup(ownership.GROUP)
+    group.addoption(
+        "--mps-fallback",
+        dest="mps_fallback",
+        type=argparse_type(settings.parse_mode, "--mps-fallback"),
+        metavar="{error,warn,off}",
+        default=None,
+        help=settings.FALLBACK_HELP,
+    )
+    group.addoption(
+        "--mps-mixed-devices",
+        dest="mps_mixed_devices",
+        type=argparse_type(settings.parse_mode, "--mps-mixed-devices"),
+        metavar="{error,warn,off}",
+        default=None,
+        help=settings.MIXED_HELP,
+    )
     group.addoption(
         "--mps-watch-every-op",
         dest="mps_watch_every_op",
         action="store_true",
         default=None,
-        help=EVERY_OP_HELP,
+        help=settings.EVERY_OP_HELP,
     )
-    parser.addini("mps_watch_every_op", EVERY_OP_HELP, type="bool", default=False)
+    parser.addini("mps_fallback", settings.FALLBACK_HELP, default=None)
+    parser.addini(
+        "mps_allow_fallback", settings.ALLOW_HELP, type="linelist", default=[]
+    )
+    parser.addini("mps_mixed_devices", settings.MIXED_HELP, default=None)
+    parser.addini(
+        "mps_watch_every_op", settings.EVERY_OP_HELP, type="bool", default=False
+    )
 
 
-def _every_op(config: pytest.Config) -> bool:
-    value = config.getoption("mps_watch_every_op")
-    return bool(config.getini("mps_watch_every_op") if value is None else value)
+def _watcher(name: str) -> Any:
+    # by sys.modules, not a package attribute: pytester's in-process runs drop
+    # the modules a run imported, and a stale attribute would hold another copy
+    import importlib
+
+    return importlib.import_module(f"pytest_mps.watch.{name}")
+
+
+def _register(config: pytest.Config, *names: str) -> None:
+    """Register these watcher modules (and findings) once; their configure runs now."""
+    done = config.stash.setdefault(_registered_key, set())
+    for name in ("findings", *names):
+        if name in done:
+            continue
+        config.pluginmanager.register(_watcher(name), f"pytest-mps-watch-{name}")
+        done.add(name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # The earliest hook that runs before conftest.py files (which often import
+    # torch) are imported; torch reads the variable once, when it loads.
+    if settings.fallback_mode(early_config, early=True) != "off":
+        _watcher("fallback").set_up(early_config, early=True)
+
+
+@pytest.hookimpl(trylast=True)  # after devices.py has resolved the devices
+def pytest_configure(config: pytest.Config) -> None:
+    ownership.register_markers(config, *settings.MARKERS)
+    sink = config.stash[_sink_key] = _Rows(config)
+    config.pluginmanager.register(sink, "pytest-mps-watch-rows")
+    config.stash[settings.mixed_mode_key] = mixed_mode = settings.mixed_mode(config)
+    wanted = []
+    if settings.fallback_mode(config) != "off" or _fallback_set_up(config):
+        wanted.append("fallback")
+    if mixed_mode != "off":
+        wanted.append("mixed_devices")
+    if wanted:
+        _register(config, *wanted)
+
+
+def _fallback_set_up(config: pytest.Config) -> bool:
+    """True when the variable was set early: fallback must undo it at the end."""
+    module = sys.modules.get("pytest_mps.watch.fallback")
+    return module is not None and module.state_key in config.stash
+
+
+def _wanted_by(item: pytest.Item) -> list[str]:
+    found = []
+    if ownership.closest_marker(item, "no_host_sync") is not None:
+        found.append("host_sync")
+    if ownership.closest_marker(item, "no_mixed_devices") is not None:
+        found.append("mixed_devices")
+    if ownership.closest_marker(item, "mps_memory") is not None or (
+        "mps_memory" in getattr(item, "fixturenames", ())
+    ):
+        found.append("memory")
+    return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    wanted: set[str] = set()
+    for item in items:
+        wanted.update(_wanted_by(item))
+        if len(wanted) == 3:
+            break
+    if wanted:
+        _register(config, *sorted(wanted))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    callspec = getattr(item, "callspec", None)
+    device = callspec.params.get("device") if callspec is not None else None
+    if device is None:
+        from pytest_mps.devices import devices_key
+
+        device = (item.config.stash.get(devices_key, None) or ["cpu"])[0]
+    settings.running_on_cpu[0] = str(device) == "cpu"
 
 
 def _callbacks_for(item: pytest.Item) -> list[OpCallback]:
@@ -48,5 +177,76 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return (yield)
     from pytest_mps.watch.mode import watching
 
-    with watching(callbacks, every_op=_every_op(item.config)):
+    with watching(callbacks, every_op=settings.every_op(item.config)):
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.when != "call" or call.excinfo is None:
+        return report
+    if not call.excinfo.errisinstance(NotImplementedError):
+        return report
+    text = str(call.excinfo.value)
+    if "is not currently implemented for the MPS device" in text:
+        from pytest_mps.watch.fallback import not_implemented_note
+
+        note = not_implemented_note(text)
+        if note is not None:
+            report.sections.append(("pytest-mps fallback", note))
+    return report
+
+
+# -- what the tests found, gathered where the summary is printed -----------------
+
+
+class _Rows:
+    """The findings and memory rows of every test report, from xdist workers too.
+
+    Registered for each session; the watchers' modules are needed only when
+    there is something to summarise.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: dict[str, list[tuple[str, Any]]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name in (settings.FINDINGS_PROPERTY, settings.MEMORY_PROPERTY):
+                self.rows.setdefault(name, []).append((report.nodeid, value))
+
+    def pytest_sessionfinish(self) -> None:
+        from pytest_mps.report import add_report_section
+
+        findings = self.rows.get(settings.FINDINGS_PROPERTY)
+        if findings is not None:
+            from pytest_mps.watch.findings import aggregate
+
+            pairs = [(nodeid, row) for nodeid, rows in findings for row in rows]
+            add_report_section(self.config, "watch", aggregate(pairs))
+        memory = self.rows.get(settings.MEMORY_PROPERTY)
+        if memory is not None:
+            rows = [{"nodeid": nodeid, **value} for nodeid, value in memory]
+            add_report_section(self.config, "memory", rows)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        findings = self.rows.get(settings.FINDINGS_PROPERTY)
+        if findings:
+            from pytest_mps.watch.findings import write_summary
+
+            pairs = [(nodeid, row) for nodeid, rows in findings for row in rows]
+            write_summary(terminalreporter, pairs)
+
+
+_sink_key = pytest.StashKey[_Rows]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sink = config.stash.get(_sink_key, None)
+    if sink is not None:
+        config.pluginmanager.unregister(sink)
+        del config.stash[_sink_key]
