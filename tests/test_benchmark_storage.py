@@ -379,3 +379,18 @@ def test_json_path_is_relative_to_the_invocation_directory(
         )
     result.assert_outcomes(passed=3)
     assert (sub / "o.json").is_file()
+
+
+def test_compare_never_takes_a_following_test_path_as_the_run(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_speed="def test_nothing():\n    pass\n")
+    result = pytester.runpytest("--mps-benchmark-compare", "test_speed.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--mps-benchmark-compare: 'test_speed.py' is a test path, not a saved "
+            "run; write --mps-benchmark-compare=RUN, or put --mps-benchmark-compare "
+            "after the paths*"
+        ]
+    )

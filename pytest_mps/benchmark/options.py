@@ -159,6 +159,17 @@ def parse_device_list(value: str, where: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def parse_compare_run(value: str, where: str) -> str:
+    """Refuse a test path that argparse took as the optional RUN after the flag."""
+    path = Path(value)
+    if path.suffix == ".py" or path.is_dir() or "::" in value:
+        raise ValueError(
+            f"{where}: {value!r} is a test path, not a saved run; write "
+            f"{where}=RUN, or put {where} after the paths"
+        )
+    return value
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Add the flags to the plugin's group and their ini twins."""
     group = parser.getgroup("mps")
@@ -179,8 +190,9 @@ def add_options(parser: pytest.Parser) -> None:
         nargs="?",
         const="",
         default=None,
+        type=argparse_check(parse_compare_run, "--mps-benchmark-compare"),
         help=COMPARE_HELP,
-    )  # noqa: E501
+    )
     add(
         "--mps-benchmark-compare-fail",
         metavar="EXPR",
