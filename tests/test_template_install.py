@@ -184,9 +184,10 @@ def test_the_dev_extra_installs_pytest_mps_from_the_wheels_given(
     installed: tuple[Path, Path], tmp_path: Path
 ) -> None:
     project, python = installed
+    # find_spec locates without importing: no torch start-up paid here.
     where = run(
-        [python, "-c", "import pytest_mps, torch; print(pytest_mps.__file__);"
-         " print(torch.__file__)"],
+        [python, "-c", "from importlib.util import find_spec as f;"
+         " print(f('pytest_mps').origin, f('torch').origin)"],
         cwd=tmp_path,
         env=quiet_env(tmp_path / "tmp"),
     ).split()  # fmt: skip
