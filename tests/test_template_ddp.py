@@ -13,16 +13,16 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-cookiecutter_main = pytest.importorskip("cookiecutter.main")
+pytest.importorskip("cookiecutter.main")
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():
     pytest.skip("this PyTorch has no torch.distributed", allow_module_level=True)
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "template"
 PACKAGE = "tiny_gpt"
 SMALL = {
     "device": "cpu",
@@ -48,14 +48,10 @@ EVAL = re.compile(r"^step (\d+): train loss [\d.]+, val loss ([\d.]+)", re.M)
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    baked = Path(
-        cookiecutter_main.cookiecutter(
-            str(TEMPLATE),
-            no_input=True,
-            output_dir=str(tmp_path_factory.mktemp("ddp")),
-        )
-    )
+def project(
+    tmp_path_factory: pytest.TempPathFactory, bake: Callable[..., Path]
+) -> Path:
+    baked = bake(tmp_path_factory.mktemp("ddp"))
     launch(baked, [], "prepare")
     return baked
 
@@ -66,7 +62,11 @@ def launch(project: Path, args: list[str], command: str = "train", ranks: int = 
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPATH": str(project / "src"),
+        # torchrun's log folders (torchelastic_*) and anything else a run leaves
+        # in the temporary folder go beside the project, in pytest's tmp.
+        "TMPDIR": str(project.parent / "tmp"),
     }
+    (project.parent / "tmp").mkdir(exist_ok=True)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     runner = [sys.executable]

@@ -43,28 +43,3 @@ def small_config(tmp_path: Path, data_dir: Path, device: torch.device) -> Config
         compile="false",
         plot=False,
     )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "needs_plugin_marker(name, *args, **kwargs): apply pytest-mps's marker `name`"
-        " when the installed plugin registers it; skip the test otherwise.",
-    )
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
-    # Some device-hygiene markers arrive in later pytest-mps releases; a test that
-    # needs one runs under it when it exists and is skipped, saying why, until then.
-    registered = {
-        line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")
-    }
-    for item in items:
-        for mark in item.iter_markers("needs_plugin_marker"):
-            name, *args = mark.args
-            if name in registered:
-                item.add_marker(getattr(pytest.mark, name)(*args, **mark.kwargs))
-            else:
-                reason = f"the installed pytest-mps has no {name!r} marker yet"
-                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,8 +1,7 @@
 """Device hygiene of the training step, checked by pytest-mps's watchers.
 
 Run on a Mac with `pytest --mps`: pyproject.toml sets `mps_fallback = "error"`, so
-any op that falls back to the CPU fails its test. Each test is skipped, with the
-reason, where the installed pytest-mps lacks what it needs.
+any op that falls back to the CPU fails its test.
 """
 
 import pytest
@@ -20,14 +19,12 @@ def trainer(small_config) -> Trainer:
     return t
 
 
+@pytest.mark.no_mixed_devices
 def test_a_training_step_keeps_every_op_on_the_device(trainer):
-    # With mps_fallback = "error" (pyproject.toml) an op falling back to the CPU
-    # fails this test on MPS. (no_mixed_devices is not used: on CUDA it flags
-    # the CPU philox seed/offset scalars that PyTorch's memory-efficient
-    # attention backward takes by design.)
-    pytest.importorskip(
-        "pytest_mps.watch.fallback", reason="pytest-mps has no fallback watch"
-    )
+    # no_mixed_devices fails the test at any op that mixes devices, such as a CPU
+    # tensor left in GPU math; with mps_fallback = "error" an op falling back to
+    # the CPU fails it on MPS. (The CPU seed and offset that the fused attention
+    # backward takes on CUDA are expected, and pytest-mps exempts them.)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     loss = train_step(trainer)
     assert torch.isfinite(loss).item()
@@ -37,17 +34,13 @@ def test_a_training_step_keeps_every_op_on_the_device(trainer):
     )
 
 
-@pytest.mark.needs_plugin_marker("no_host_sync")
+@pytest.mark.no_host_sync
 def test_training_steps_never_wait_on_the_device(trainer):
     # No .item(), no printing: the loop reads the loss only at log steps.
     losses = [train_step(trainer) for _ in range(3)]
     assert all(loss.device == trainer.runtime.device for loss in losses)
 
 
-def test_training_step_benchmark(request, trainer):
-    try:
-        benchmark = request.getfixturevalue("mps_benchmark")
-    except pytest.FixtureLookupError:
-        pytest.skip("the installed pytest-mps has no mps_benchmark fixture")
-    loss = benchmark(train_step, trainer)
+def test_a_training_step_is_timed_on_the_device(mps_benchmark, trainer):
+    loss = mps_benchmark(train_step, trainer)
     assert loss.device == trainer.runtime.device
