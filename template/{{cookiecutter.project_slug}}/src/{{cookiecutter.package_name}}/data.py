@@ -91,16 +91,18 @@ def dataset_name_for(input_file: str) -> str:
 
 
 def pieces(text: str, size: int = CHUNK) -> list[str]:
-    """`text` cut after newlines that a non-space follows, about `size` apart.
+    """`text` cut after lone newlines (non-space on both sides), about `size` apart.
 
     Both tokenizers give the same ids for the pieces as for the whole text:
-    GPT-2's pre-tokenizer never joins a newline with a following non-space
-    character, and the character tokenizer has nothing to join.
+    GPT-2's pre-tokenizer makes a lone newline a token of its own, whether it
+    ends the text or not, and starts a new token after it; the character
+    tokenizer has nothing to join. (After a run of spaces or newlines it would
+    not: a run at the end of a piece becomes one token, inside the text two.)
     """
     cuts = [0]
+    lone_newline = re.compile(r"(?<=\S)\n(?=\S)")
     while len(text) - cuts[-1] > size:
-        at = cuts[-1] + size
-        found = re.compile(r"\n(?=\S)").search(text, at)
+        found = lone_newline.search(text, cuts[-1] + size)
         if found is None:
             break
         cuts.append(found.end())
