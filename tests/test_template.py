@@ -53,7 +53,12 @@ TEST_FILES = (
     "test_device.py",
     "test_device_hygiene.py",
     "test_distributed.py",
+    "test_interrupt.py",
     "test_model.py",
+    "test_prepare_cli.py",
+    "test_progress.py",
+    "test_runs.py",
+    "test_sample_cli.py",
     "test_tokenizers.py",
     "test_train.py",
 )
