@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return baked
 
 
-def launch(project: Path, args: list[str], command: str = "train", ranks: int = 1):
+def run_env(project: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -69,12 +70,20 @@ def launch(project: Path, args: list[str], command: str = "train", ranks: int = 
     }
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    runner = [sys.executable]
-    if ranks > 1:
-        runner += ["-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={ranks}"]  # fmt: skip
+    return env
+
+
+def runner(ranks: int) -> list[str]:
+    if ranks == 1:
+        return [sys.executable]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={ranks}"]  # fmt: skip
+
+
+def launch(project: Path, args: list[str], command: str = "train", ranks: int = 1):
+    env = run_env(project)
     done = subprocess.run(
-        [*runner, "-m", PACKAGE, command, *args],
+        [*runner(ranks), "-m", PACKAGE, command, *args],
         cwd=project,
         env=env,
         capture_output=True,
@@ -127,3 +136,41 @@ def test_a_ddp_run_resumes_exactly_where_it_stopped(project: Path) -> None:
     after = losses(resumed)
     assert sorted(after) == [3, 4, 5]
     assert after == {it: whole[it] for it in (3, 4, 5)}, (after, whole)
+
+
+def test_ctrl_c_under_torchrun_checkpoints_every_ranks_streams(project: Path) -> None:
+    # The terminal sends SIGINT to the whole foreground group, torchrun and its
+    # workers (torchrun passes it on to them as well). The ranks agree to stop
+    # at a log step, and rank 0 saves both ranks' batch streams.
+    pytest.importorskip("fcntl", reason="POSIX process groups and pipes")
+    import fcntl
+
+    settings = {**SMALL, "max_iters": 400, "lr_decay_iters": 400,
+                "eval_interval": 1000, "out_dir": "stopped"}  # fmt: skip
+    run = subprocess.Popen(
+        [*runner(2), "-m", PACKAGE, "train",
+         *(f"--{k}={v}" for k, v in settings.items())],
+        cwd=project, env=run_env(project), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, bufsize=0, start_new_session=True,
+    )  # fmt: skip
+    if hasattr(fcntl, "F_SETPIPE_SZ"):  # the run can only get a page ahead
+        fcntl.fcntl(run.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+    try:
+        seen = b""
+        while not re.search(rb"^iter ([5-9]|\d\d+):", seen, re.M):
+            line = run.stdout.readline()
+            assert line, seen.decode()
+            seen += line
+        os.killpg(run.pid, signal.SIGINT)
+        rest, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    out = (seen + rest).decode()
+    stopped = re.search(r"stopped by SIGINT at iteration (\d+) of 400", out)
+    assert stopped, out
+    state = torch.load(project / "stopped" / "ckpt.pt", weights_only=True)
+    assert state["iter_num"] == int(stopped.group(1)) < 400
+    assert state["world_size"] == 2 and sorted(state["batches"]) == [0, 1]
+    assert out.count("stopped by SIGINT") == 1  # rank 0 alone reports

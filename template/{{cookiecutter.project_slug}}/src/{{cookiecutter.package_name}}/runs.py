@@ -179,15 +179,19 @@ class StopSignal:
 
     The handler only records the signal; the loop reads `signum` between steps
     (an attribute read: nothing on the hot path) and saves a checkpoint. A
-    second signal restores the usual handlers and raises KeyboardInterrupt,
-    for a user who cannot wait for the step to end.
+    second Ctrl-C restores the usual handlers and raises KeyboardInterrupt, for
+    a user who cannot wait for the step to end. A SIGTERM while stopping is
+    not a second Ctrl-C. Under torchrun (`repeat_quits=False`) no repeat is:
+    the agent passes the terminal's SIGINT on to its workers, which the
+    terminal has already sent them, and kills them itself after 30 seconds.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, announce: bool = True) -> None:
+    def __init__(self, announce: bool = True, repeat_quits: bool = True) -> None:
         self.signum = 0
         self.announce = announce
+        self.repeat_quits = repeat_quits
         self.saved: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignal:
@@ -209,14 +213,17 @@ class StopSignal:
         return signal.Signals(self.signum).name if self.signum else ""
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum:
+        if self.signum and signum == signal.SIGINT and self.repeat_quits:
             self.__exit__()
             raise KeyboardInterrupt
+        if self.signum:
+            return
         self.signum = signum
         if self.announce:
+            again = " (press Ctrl-C again to quit without saving)"
             # os.write, not print: a handler may run in the middle of a print.
             os.write(
                 2,
                 f"\n{signal.Signals(signum).name}: finishing this step, then saving"
-                " a checkpoint (press Ctrl-C again to quit without saving)\n".encode(),
+                f" a checkpoint{again if self.repeat_quits else ''}\n".encode(),
             )

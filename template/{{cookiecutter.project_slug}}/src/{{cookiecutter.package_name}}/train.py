@@ -540,7 +540,9 @@ def train(
                 f" --allow_changes=max_iters (and --lr_decay_iters="
                 f"{t.cfg.lr_decay_steps} to keep the learning-rate schedule)"
             )
-        stop = stack.enter_context(runs.StopSignal(announce=dist.is_main))
+        stop = stack.enter_context(
+            runs.StopSignal(announce=dist.is_main, repeat_quits=not dist.enabled)
+        )
         with cuda_fast_matmul(t.runtime.device):
             result = _loop(t, progress, stop)
     return result
