@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -56,7 +57,7 @@ def project(
     return baked
 
 
-def launch(project: Path, args: list[str], command: str = "train", ranks: int = 1):
+def run_env(project: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -69,12 +70,20 @@ def launch(project: Path, args: list[str], command: str = "train", ranks: int = 
     (project.parent / "tmp").mkdir(exist_ok=True)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    runner = [sys.executable]
-    if ranks > 1:
-        runner += ["-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={ranks}"]  # fmt: skip
+    return env
+
+
+def runner(ranks: int) -> list[str]:
+    if ranks == 1:
+        return [sys.executable]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={ranks}"]  # fmt: skip
+
+
+def launch(project: Path, args: list[str], command: str = "train", ranks: int = 1):
+    env = run_env(project)
     done = subprocess.run(
-        [*runner, "-m", PACKAGE, command, *args],
+        [*runner(ranks), "-m", PACKAGE, command, *args],
         cwd=project,
         env=env,
         capture_output=True,
@@ -100,10 +109,10 @@ def test_two_processes_match_one_at_the_same_global_batch(project: Path) -> None
     assert "2 DDP processes, 1 micro-batch(es) each" in two
     assert "512 tokens per iteration" in one and "512 tokens per iteration" in two
     single, ddp = losses(one), losses(two)
-    assert sorted(single) == sorted(ddp) == [1, 2, 3, 4, 5, 6]
+    assert sorted(single) == sorted(ddp) == [0, 1, 2, 3, 4, 5]  # step indices
     for it in single:
         assert ddp[it] == pytest.approx(single[it], abs=2e-4), (it, one, two)
-    assert single[6] < single[1] - 0.2  # it trained, in both
+    assert single[5] < single[0] - 0.2  # it trained, in both
     # Rank 0 alone evaluates and prints: each evaluation once, the same values.
     assert EVAL.findall(two) == EVAL.findall(one)
     assert [int(s) for s, _ in EVAL.findall(two)] == [0, 3, 6]
@@ -120,8 +129,48 @@ def test_a_ddp_run_resumes_exactly_where_it_stopped(project: Path) -> None:
     # Dropout on: each rank's restored random state matters, not only the batches.
     whole = losses(train(project, "whole", ranks=2, dropout=0.1))
     train(project, "split", ranks=2, dropout=0.1, max_iters=3)
-    resumed = train(project, "split", ranks=2, dropout=0.1, init_from="resume")
+    # Going on past the first run's max_iters is a change resuming must allow.
+    resumed = train(project, "split", ranks=2, dropout=0.1, init_from="resume",
+                    allow_changes="max_iters")  # fmt: skip
     assert "resumed from split/ckpt.pt at iteration 3" in resumed
     after = losses(resumed)
-    assert sorted(after) == [4, 5, 6]
-    assert after == {it: whole[it] for it in (4, 5, 6)}, (after, whole)
+    assert sorted(after) == [3, 4, 5]
+    assert after == {it: whole[it] for it in (3, 4, 5)}, (after, whole)
+
+
+def test_ctrl_c_under_torchrun_checkpoints_every_ranks_streams(project: Path) -> None:
+    # The terminal sends SIGINT to the whole foreground group, torchrun and its
+    # workers (torchrun passes it on to them as well). The ranks agree to stop
+    # at a log step, and rank 0 saves both ranks' batch streams.
+    pytest.importorskip("fcntl", reason="POSIX process groups and pipes")
+    import fcntl
+
+    settings = {**SMALL, "max_iters": 400, "lr_decay_iters": 400,
+                "eval_interval": 1000, "out_dir": "stopped"}  # fmt: skip
+    run = subprocess.Popen(
+        [*runner(2), "-m", PACKAGE, "train",
+         *(f"--{k}={v}" for k, v in settings.items())],
+        cwd=project, env=run_env(project), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, bufsize=0, start_new_session=True,
+    )  # fmt: skip
+    if hasattr(fcntl, "F_SETPIPE_SZ"):  # the run can only get a page ahead
+        fcntl.fcntl(run.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+    try:
+        seen = b""
+        while not re.search(rb"^iter ([5-9]|\d\d+):", seen, re.M):
+            line = run.stdout.readline()
+            assert line, seen.decode()
+            seen += line
+        os.killpg(run.pid, signal.SIGINT)
+        rest, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    out = (seen + rest).decode()
+    stopped = re.search(r"stopped by SIGINT at iteration (\d+) of 400", out)
+    assert stopped, out
+    state = torch.load(project / "stopped" / "ckpt.pt", weights_only=True)
+    assert state["iter_num"] == int(stopped.group(1)) < 400
+    assert state["world_size"] == 2 and sorted(state["batches"]) == [0, 1]
+    assert out.count("stopped by SIGINT") == 1  # rank 0 alone reports

@@ -77,7 +77,8 @@ def test_resuming_gives_the_same_next_losses_as_an_uninterrupted_run(small_confi
     whole, _ = run(replace(cfg, out_dir=cfg.out_dir + "-whole"))
     first, _ = run(replace(cfg, max_iters=5))
     assert first.iter_num == 5 and first.checkpoint is not None
-    resumed, out = run(replace(cfg, init_from="resume"))
+    # Training on past the first run's max_iters is a change it must allow.
+    resumed, out = run(replace(cfg, init_from="resume", allow_changes="max_iters"))
     assert "resumed from" in out
     after = [(it, loss) for it, loss in resumed.losses if it >= 5]
     assert [it for it, _ in after] == [5, 6, 7]

@@ -39,8 +39,12 @@ def save(state: dict[str, Any], path: Path) -> None:
         raise
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Read a checkpoint onto the CPU, or raise CheckpointError saying what to do."""
+def load(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint onto the CPU, or raise CheckpointError saying what to do.
+
+    mmap: map the file instead of reading it, to look at a large checkpoint's
+    iteration and settings without loading its weights.
+    """
     if not path.is_file():
         raise CheckpointError(
             f"no checkpoint at {path}: train first (`{PROG} train`) or point"
@@ -48,7 +52,7 @@ def load(path: Path) -> dict[str, Any]:
         )
     try:
         # weights_only: a checkpoint is data; never run code from one.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # pickle, zip and torch errors all mean "damaged"
         raise CheckpointError(
             f"{path} is corrupt or not a checkpoint ({type(exc).__name__}: {exc});"

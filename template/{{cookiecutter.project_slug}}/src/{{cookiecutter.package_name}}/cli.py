@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from .config import Config, help_text, parse_args
+from .config import Config, help_text, parse_args, typed_settings
 from .errors import ConfigError, ProjectError
 
 PROG = "{{ cookiecutter.project_slug }}"
@@ -23,31 +23,37 @@ commands:
 `{PROG} COMMAND --help` lists every setting with its default."""
 
 
-def _prepare(cfg: Config) -> Any:
+def _prepare(cfg: Config, args: Sequence[str]) -> int:
     from .data import prepare
 
-    return prepare(cfg)
+    given = "dataset" in typed_settings(args, with_preset=False)
+    prepare(cfg, dataset_given=given)
+    return 0
 
 
-def _train(cfg: Config) -> Any:
+def _train(cfg: Config, args: Sequence[str]) -> int:
     from .train import train
 
-    return train(cfg)
+    result = train(cfg, typed=typed_settings(args))
+    # Stopped by a signal (and checkpointed): the shell's usual 128 + signal.
+    return 128 + signal.Signals[result.stopped_by] if result.stopped_by else 0
 
 
-def _sample(cfg: Config) -> Any:
+def _sample(cfg: Config, args: Sequence[str]) -> int:
     from .sample import sample
 
-    return sample(cfg)
+    sample(cfg, typed=typed_settings(args))
+    return 0
 
 
-def _bench(cfg: Config) -> Any:
+def _bench(cfg: Config, args: Sequence[str]) -> int:
     from .bench import bench
 
-    return bench(cfg)
+    bench(cfg)
+    return 0
 
 
-COMMANDS: dict[str, Callable[[Config], Any]] = {
+COMMANDS: dict[str, Callable[[Config, Sequence[str]], int]] = {
     "prepare": _prepare,
     "train": _train,
     "sample": _sample,
@@ -70,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(help_text(command))
         return 0
     try:
-        COMMANDS[command](parse_args(rest))
+        return COMMANDS[command](parse_args(rest), rest)
     except ConfigError as exc:
         print(f"{PROG} {command}: error: {exc}", file=sys.stderr)
         return 2
@@ -80,4 +86,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{PROG} {command}: interrupted", file=sys.stderr)
         return 130
-    return 0

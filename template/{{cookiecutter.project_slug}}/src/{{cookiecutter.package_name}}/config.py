@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,7 +138,21 @@ class Config:
     grad_clip: float = _opt(1.0, "clip the gradient norm to this; 0: off")
     # run
     out_dir: str = _opt("out", "where checkpoints, the loss CSV and PNG go")
-    init_from: str = _opt("scratch", "'scratch' or 'resume' from out_dir/ckpt.pt")
+    init_from: str = _opt(
+        "scratch",
+        "'scratch' or 'resume' from out_dir/ckpt.pt (with the checkpoint's"
+        " settings unless given)",
+    )
+    overwrite: bool = _opt(
+        False,
+        "train: replace the checkpoint already in out_dir; prepare: replace a"
+        " dataset prepared from other text",
+    )
+    allow_changes: str = _opt(
+        "",
+        "train --init_from=resume: settings that may differ from the checkpoint's,"
+        " comma-separated (e.g. max_iters,lr_decay_iters)",
+    )
     eval_interval: int = _opt(250, "evaluate and checkpoint every this many steps")
     eval_iters: int = _opt(20, "batches per split for each evaluation")
     log_interval: int = _opt(10, "read the loss from the device every this many steps")
@@ -184,6 +199,44 @@ class Config:
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
+# The model's shape: a checkpoint's weights load into no other.
+SHAPE_SETTINGS = ("n_layer", "n_head", "n_embd", "block_size", "bias")
+# What a training run computes besides its shape: resuming a checkpoint with
+# another value changes the run, so it needs --allow_changes.
+RUN_SETTINGS = (
+    "dataset",
+    "dropout",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "max_iters",
+    "learning_rate",
+    "min_lr",
+    "warmup_iters",
+    "lr_decay_iters",
+    "decay_lr",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "seed",
+)
+# Where and how this machine computes: never taken from a checkpoint, whose run
+# may have been on another machine.
+MACHINE_SETTINGS = ("device", "dtype", "compile", "compile_mode")
+# What `sample` reads; other settings given to it must match the checkpoint's.
+SAMPLE_SETTINGS = (
+    "out_dir",
+    "device",
+    "dtype",
+    "bpe_dir",
+    "start",
+    "num_samples",
+    "max_new_tokens",
+    "temperature",
+    "top_k",
+    "seed",
+)
+
 
 def _unknown(what: str, value: str, known: Sequence[str] | Mapping[str, Any]) -> str:
     close = difflib.get_close_matches(value, list(known), n=3, cutoff=0.6)
@@ -213,8 +266,8 @@ def convert(name: str, value: str, where: str) -> Any:
     return value
 
 
-def parse_args(args: Sequence[str]) -> Config:
-    """Build a Config from `--key=value` arguments (dashes in keys work too)."""
+def _pairs(args: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(setting, text, where) for each `--key=value`, checked for form and name."""
     pairs: list[tuple[str, str, str]] = []
     for arg in args:
         if not arg.startswith("--") or "=" not in arg:
@@ -226,6 +279,21 @@ def parse_args(args: Sequence[str]) -> Config:
         if name not in FIELDS:
             raise ConfigError(f"--{key}: " + _unknown("setting", name, FIELDS))
         pairs.append((name, value, f"--{key}={value} on the command line"))
+    return pairs
+
+
+def typed_settings(args: Sequence[str], with_preset: bool = True) -> frozenset[str]:
+    """The settings `args` give: those typed and, with_preset, a typed preset's."""
+    names = {name for name, _, _ in _pairs(args)}
+    for name, value, _ in _pairs(args):
+        if with_preset and name == "preset" and value in PRESETS:
+            names |= set(PRESETS[value])
+    return frozenset(names)
+
+
+def parse_args(args: Sequence[str]) -> Config:
+    """Build a Config from `--key=value` arguments (dashes in keys work too)."""
+    pairs = _pairs(args)
     preset = DEFAULT_PRESET
     for name, value, where in pairs:
         if name == "preset":
@@ -264,6 +332,11 @@ def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
             fail(name, _unknown(name, getattr(cfg, name), allowed))
     if not _DEVICE.fullmatch(cfg.device):
         fail("device", "expected auto, cpu, mps, cuda or cuda:N")
+    # NaN passes every comparison below unnoticed (and would blame the next
+    # setting that is compared with it): refuse it, and infinity, by name first.
+    for name, f in FIELDS.items():
+        if f.type == "float" and not math.isfinite(getattr(cfg, name)):
+            fail(name, "must be a finite number")
     for name in (
         "n_layer",
         "n_head",
@@ -302,6 +375,21 @@ def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
             fail(name, "must not be negative")
     if not cfg.dataset or "/" in cfg.dataset or cfg.dataset in (".", ".."):
         fail("dataset", "must be a plain folder name")
+    for name in allowed_changes(cfg):
+        if name not in RUN_SETTINGS:
+            why = (
+                "the model's shape cannot change: its weights would not load"
+                if name in SHAPE_SETTINGS
+                else _unknown("setting", name, RUN_SETTINGS)
+                if name not in FIELDS
+                else "needs no permission: it never changes what a run computes"
+            )
+            fail("allow_changes", f"{name!r}: {why}")
+
+
+def allowed_changes(cfg: Config) -> list[str]:
+    """The names in --allow_changes, in order."""
+    return [name.strip() for name in cfg.allow_changes.split(",") if name.strip()]
 
 
 def help_text(command: str) -> str:

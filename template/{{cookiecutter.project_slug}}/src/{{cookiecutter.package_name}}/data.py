@@ -2,15 +2,18 @@
 
 Three sources: the embedded Shakespeare corpus, character-level (`shakespeare_char`)
 or GPT-2 BPE (`--dataset=shakespeare --tokenizer=gpt2`), and any UTF-8 text file
-(`--input_file=notes.txt --dataset=notes`). `prepare` writes, under
-data_dir/dataset/, train.bin and val.bin (uint16 token ids) and meta.json.
+(`--input_file=notes.txt`, a dataset named `notes` after the file, or
+`--dataset=NAME`). `prepare` writes, under data_dir/dataset/, train.bin and val.bin
+(uint16 token ids) and meta.json, and never replaces a dataset made from other
+text or with another tokenizer unless told `--overwrite=true`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass
+import re
+import sys
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,14 +21,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import Config
+from .config import DEFAULT_PRESET, FIELDS, Config
 from .device import make_generator
 from .errors import DatasetError
+from .files import ensure_writable, write_atomic
+from .progress import Bar, Task
 from .tokenizers import CharTokenizer, GPT2Tokenizer, Tokenizer
 
 PROG = "{{ cookiecutter.project_slug }}"
 CORPUS = "corpus/shakespeare.txt"
 SPLITS = ("train", "val")
+# Text is tokenized in pieces of about this many characters, to show progress.
+CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -72,14 +79,63 @@ def make_tokenizer(cfg: Config, text: str) -> Tokenizer:
     return GPT2Tokenizer(cfg.bpe_dir)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def dataset_name_for(input_file: str) -> str:
+    """A dataset named after its file: `notes/my poems.txt` -> `my_poems`."""
+    name = re.sub(r"[^\w.-]+", "_", Path(input_file).stem).strip("._")
+    if not name:
+        raise DatasetError(
+            f"--input_file={input_file}: cannot name a dataset after this file;"
+            " pass --dataset=NAME"
+        )
+    return name
 
 
-def prepare(cfg: Config, log: Any = print) -> Dataset:
-    """Tokenize the source text and write the dataset's files."""
+def pieces(text: str, size: int = CHUNK) -> list[str]:
+    """`text` cut after lone newlines (non-space on both sides), about `size` apart.
+
+    Both tokenizers give the same ids for the pieces as for the whole text:
+    GPT-2's pre-tokenizer makes a lone newline a token of its own, whether it
+    ends the text or not, and starts a new token after it; the character
+    tokenizer has nothing to join. (After a run of spaces or newlines it would
+    not: a run at the end of a piece becomes one token, inside the text two.)
+    """
+    cuts = [0]
+    lone_newline = re.compile(r"(?<=\S)\n(?=\S)")
+    while len(text) - cuts[-1] > size:
+        found = lone_newline.search(text, cuts[-1] + size)
+        if found is None:
+            break
+        cuts.append(found.end())
+    cuts.append(len(text))
+    return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def encode(tokenizer: Tokenizer, text: str, task: Task, done: int) -> list[int]:
+    """Tokenize piece by piece, advancing `task` by characters."""
+    ids: list[int] = []
+    for piece in pieces(text):
+        ids += tokenizer.encode(piece)
+        done += len(piece)
+        task.advance(done)
+    return ids
+
+
+def prepare(
+    cfg: Config,
+    log: Any = print,
+    dataset_given: bool = True,
+    stream: Any = None,
+) -> Dataset:
+    """Tokenize the source text and write the dataset's files.
+
+    dataset_given=False (the command line without --dataset) names the dataset
+    of an --input_file after the file, so the embedded corpus's dataset is
+    never reused for other text. A folder that already holds a dataset made
+    differently is refused, unless cfg.overwrite. `stream` shows progress.
+    """
+    if cfg.input_file and not dataset_given:
+        cfg = replace(cfg, dataset=dataset_name_for(cfg.input_file))
+    ensure_writable(cfg.data_dir, "data_dir")
     text, source = read_source(cfg)
     tokenizer = make_tokenizer(cfg, text)
     if tokenizer.vocab_size > 2**16:
@@ -87,27 +143,70 @@ def prepare(cfg: Config, log: Any = print) -> Dataset:
             f"{source} has {tokenizer.vocab_size} distinct characters; token files"
             " hold at most 65536: use --tokenizer=gpt2"
         )
-    cut = int(len(text) * (1 - cfg.val_fraction))
-    ids = {"train": tokenizer.encode(text[:cut]), "val": tokenizer.encode(text[cut:])}
     folder = Path(cfg.data_dir) / cfg.dataset
+    _refuse_replacing(cfg, folder, source, tokenizer.to_meta())
+    cut = int(len(text) * (1 - cfg.val_fraction))
+    out = Bar(stream or sys.stderr)
+    task = Task(out, f"tokenizing {source}", len(text), "characters")
+    ids = {
+        "train": encode(tokenizer, text[:cut], task, 0),
+        "val": encode(tokenizer, text[cut:], task, cut),
+    }
+    task.finish()
     folder.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        _write_atomic(
-            folder / f"{split}.bin", np.array(ids[split], np.uint16).tobytes()
-        )
+        write_atomic(folder / f"{split}.bin", np.array(ids[split], np.uint16).tobytes())
     meta = {
         "source": source,
         "tokenizer": tokenizer.to_meta(),
         "tokens": {split: len(ids[split]) for split in SPLITS},
     }
     # meta.json last: its presence means the dataset is complete.
-    _write_atomic(folder / "meta.json", json.dumps(meta, indent=1).encode())
+    write_atomic(folder / "meta.json", json.dumps(meta, indent=1).encode())
     log(
         f"prepared {folder} from {source}: {cfg.tokenizer} tokenizer,"
         f" vocab {tokenizer.vocab_size}, {len(ids['train']):,} train and"
         f" {len(ids['val']):,} val tokens"
     )
+    default = Config.for_preset(DEFAULT_PRESET)
+    if (cfg.dataset, cfg.data_dir) != (default.dataset, default.data_dir):
+        log(f"train on it with `{PROG} train{_where(cfg)}`")
     return load_dataset(cfg)
+
+
+def _where(cfg: Config) -> str:
+    """The --data_dir and --dataset flags that find this dataset again."""
+    flags = f" --dataset={cfg.dataset}"
+    if cfg.data_dir != FIELDS["data_dir"].default:
+        flags += f" --data_dir={cfg.data_dir}"
+    return flags
+
+
+def _same_file(a: str, b: str) -> bool:
+    return a == b or Path(a).resolve() == Path(b).resolve()
+
+
+def _refuse_replacing(
+    cfg: Config, folder: Path, source: str, tokenizer: dict[str, Any]
+) -> None:
+    """Refuse to replace a dataset made from other text or another tokenizer."""
+    meta_path = folder / "meta.json"
+    if cfg.overwrite or not meta_path.is_file():
+        return
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        old_source, old_kind = meta["source"], meta["tokenizer"]["kind"]
+    except (ValueError, KeyError, TypeError):
+        old_source, old_kind = "an unreadable meta.json", "unknown"
+    if _same_file(old_source, source) and old_kind == tokenizer["kind"]:
+        return  # the same text again: preparing it anew is what was asked
+    name_flag = "" if cfg.input_file else " and no --input_file"
+    raise DatasetError(
+        f"{folder} already holds dataset {cfg.dataset!r}, prepared from"
+        f" {old_source} ({old_kind} tokenizer); preparing {source}"
+        f" ({tokenizer['kind']} tokenizer{name_flag}) would replace it. Pass"
+        " another --dataset=NAME, or --overwrite=true to replace it"
+    )
 
 
 def load_dataset(cfg: Config) -> Dataset:
@@ -115,7 +214,7 @@ def load_dataset(cfg: Config) -> Dataset:
     folder = Path(cfg.data_dir) / cfg.dataset
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
-        how = f"{PROG} prepare --dataset={cfg.dataset} --tokenizer={cfg.tokenizer}"
+        how = f"{PROG} prepare{_where(cfg)} --tokenizer={cfg.tokenizer}"
         if cfg.dataset not in ("shakespeare_char", "shakespeare"):
             how += " --input_file=YOUR_TEXT.txt"
         raise DatasetError(

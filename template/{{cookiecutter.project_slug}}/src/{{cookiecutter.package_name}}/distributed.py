@@ -141,6 +141,16 @@ def mean(value: torch.Tensor, dist: Dist) -> torch.Tensor:
     return total / dist.world_size
 
 
+def mean_and_any(value: torch.Tensor, flag: bool, dist: Dist) -> tuple[float, bool]:
+    """The mean of a scalar over all processes, and whether any process's `flag`
+    is set, in one collective and one read (every rank calls it)."""
+    loss = value.detach().float()
+    both = torch.stack([loss, torch.full_like(loss, float(flag))])
+    torch_dist.all_reduce(both)  # a sum: gloo has no average
+    total, flags = both.tolist()
+    return total / dist.world_size, flags > 0
+
+
 def gather(obj: Any, dist: Dist) -> list[Any]:
     """Every rank's `obj`, in rank order (a collective: every rank calls it)."""
     if not dist.enabled:

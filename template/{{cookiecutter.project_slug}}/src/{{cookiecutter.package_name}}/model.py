@@ -7,6 +7,7 @@ FLOP count and sampling loop. Shapes use B (batch), T (time), C (channels).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -170,13 +171,15 @@ class GPT(nn.Module):
         top_k: int = 0,
         generator: torch.Generator | None = None,
         vocab_size: int | None = None,
+        on_token: Callable[[int], object] | None = None,
     ) -> torch.Tensor:
         """Extend each row of `idx` by `max_new_tokens` sampled tokens.
 
         temperature 0 picks the likeliest token; top_k 0 keeps every token;
-        vocab_size drops the padding entries a tokenizer cannot decode.
+        vocab_size drops the padding entries a tokenizer cannot decode;
+        on_token(n) is called after the n-th new token (for progress).
         """
-        for _ in range(max_new_tokens):
+        for n in range(max_new_tokens):
             context = idx[:, -self.cfg.block_size :]
             logits, _ = self(context)
             logits = logits[:, -1, :vocab_size].float()
@@ -190,4 +193,6 @@ class GPT(nn.Module):
                 probs = F.softmax(logits, dim=-1)
                 next_id = torch.multinomial(probs, 1, generator=generator)
             idx = torch.cat((idx, next_id), dim=1)
+            if on_token is not None:
+                on_token(n + 1)
         return idx

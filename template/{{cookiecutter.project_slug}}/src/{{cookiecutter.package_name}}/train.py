@@ -5,7 +5,9 @@ sets the learning rate, evaluates and checkpoints at intervals, and runs one
 `train_step`. The loss stays on the device and is read back only every
 `log_interval` steps, so the host can queue the next step while the device works.
 Under torchrun each process runs this same loop on its share of the micro-batches
-(see distributed.py); rank 0 alone evaluates, logs and writes files.
+(see distributed.py); rank 0 alone evaluates, logs and writes files. What a run may
+do to out_dir (never replace another run's checkpoint; resume only a matching one;
+save on Ctrl-C) is in runs.py.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import inspect
+import io
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,7 +28,7 @@ from typing import Any, TextIO
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, distributed
+from . import checkpoint, distributed, runs
 from .config import Config
 from .config import replace as replace_config
 from .data import Batches, load_dataset
@@ -38,11 +42,14 @@ from .device import (
     pick_device,
     rng_state,
     set_rng_state,
+    synchronize,
     to_device,
 )
 from .distributed import Dist
 from .errors import CheckpointError, ConfigError, DeviceError
+from .files import ensure_writable, write_atomic
 from .model import GPT, GPTConfig
+from .progress import Bar, Task, bar, duration
 
 # GPT-2's 50257 tokens padded to a multiple of 64: faster matmuls (nanoGPT).
 GPT2_PADDED_VOCAB = 50304
@@ -210,25 +217,37 @@ def _no_buffer_sync() -> dict[str, Any]:
     return {"broadcast_buffers": False}
 
 
-def setup(cfg: Config, log: Any = print, dist: Dist | None = None) -> Trainer:
-    """Load the dataset onto the device and build or resume the Trainer."""
+def setup(
+    cfg: Config,
+    log: Any = print,
+    dist: Dist | None = None,
+    typed: frozenset[str] | None = None,
+) -> Trainer:
+    """Load the dataset onto the device and build or resume the Trainer.
+
+    Resuming takes the checkpoint's settings except those in `typed` (given on
+    the command line; None: all of `cfg`), and refuses a checkpoint whose run
+    differs from them (runs.check_resume).
+    """
     dist = dist or Dist()
     runtime = make_runtime(cfg.device, cfg.dtype, cfg.compile)
-    dataset = load_dataset(cfg)
-    splits = {
-        "train": to_device(dataset.train, runtime.device),
-        "val": to_device(dataset.val, runtime.device),
-    }
     if cfg.init_from == "scratch":
+        dataset = load_dataset(cfg)
+        splits = _to_device(dataset.train, dataset.val, runtime)
         return create(cfg, runtime, splits, dataset.tokenizer_meta, dist=dist)
     path = checkpoint.path_in(cfg.out_dir)
     state = checkpoint.load(path)
+    cfg = runs.resume_request(cfg, state["config"], typed)
+    dataset = load_dataset(cfg)
     if state["tokenizer"] != dataset.tokenizer_meta:
         raise CheckpointError(
             f"{path} was trained with another vocabulary than dataset"
             f" {cfg.dataset!r} in {dataset.folder}; pass the run's --dataset"
         )
-    saved = GPTConfig(**state["model_config"])
+    changed = runs.check_resume(cfg, state, path)
+    splits = _to_device(dataset.train, dataset.val, runtime)
+    # The saved shape; dropout is a training choice (--allow_changes=dropout).
+    saved = GPTConfig(**{**state["model_config"], "dropout": cfg.dropout})
     trainer = create(cfg, runtime, splits, dataset.tokenizer_meta, saved, dist)
     try:
         trainer.model.load_state_dict(state["model"])
@@ -248,8 +267,17 @@ def setup(cfg: Config, log: Any = print, dist: Dist | None = None) -> Trainer:
     trainer.best_val_loss = float(state["best_val_loss"])
     trainer.losses = [(int(i), float(v)) for i, v in state["losses"]]
     trainer.evals = [(int(i), float(t), float(v)) for i, t, v in state["evals"]]
-    log(f"resumed from {path} at iteration {trainer.iter_num}")
+    log(f"resumed from {path} at iteration {trainer.iter_num} ({runs.describe(state)})")
+    if changed:
+        log(f"changed on resuming (--allow_changes): {', '.join(changed)}")
     return trainer
+
+
+def _to_device(train: Any, val: Any, runtime: Runtime) -> dict[str, torch.Tensor]:
+    return {
+        "train": to_device(train, runtime.device),
+        "val": to_device(val, runtime.device),
+    }
 
 
 def train_step(t: Trainer) -> torch.Tensor:
@@ -296,27 +324,43 @@ def _no_op() -> contextlib.AbstractContextManager[object]:
 
 
 @torch.no_grad()
-def evaluate(t: Trainer) -> dict[str, float]:
+def evaluate(
+    t: Trainer, on_batch: Callable[[int], bool] | None = None
+) -> dict[str, float] | None:
     """Mean loss over eval_iters batches per split, from a fixed random stream.
 
     Its own generators leave the training batches and dropout untouched, so
     evaluating never changes what training does next. It uses no collective
     operation (the model without its DDP wrapper), so rank 0 runs it alone.
+    `on_batch(batches done)` follows progress; when it returns False the
+    evaluation stops and returns None (Ctrl-C: the checkpoint matters more).
     """
     t.model.eval()
-    means = {}
-    for i, (name, tokens) in enumerate(t.splits.items()):
-        batches = Batches(
-            tokens, t.model.cfg.block_size, t.cfg.batch_size, t.cfg.seed + 1 + i, name
-        )
-        total = torch.zeros((), device=t.runtime.device)
-        for _ in range(t.cfg.eval_iters):
-            x, y = batches.next()
-            with t.runtime.autocast:
-                _, loss = t.step_model(x, y)
-            total += loss.float()
-        means[name] = total.item() / t.cfg.eval_iters
-    t.model.train()
+    means: dict[str, float] = {}
+    done = 0
+    try:
+        for i, (name, tokens) in enumerate(t.splits.items()):
+            batches = Batches(
+                tokens,
+                t.model.cfg.block_size,
+                t.cfg.batch_size,
+                t.cfg.seed + 1 + i,
+                name,
+            )
+            total = torch.zeros((), device=t.runtime.device)
+            for _ in range(t.cfg.eval_iters):
+                x, y = batches.next()
+                with t.runtime.autocast:
+                    _, loss = t.step_model(x, y)
+                total += loss.float()
+                done += 1
+                if on_batch is not None and not on_batch(done):
+                    return None
+            # One read-back per split and evaluation, by design: the mean is
+            # printed and decides whether to checkpoint.
+            means[name] = total.item() / t.cfg.eval_iters
+    finally:
+        t.model.train()
     return means
 
 
@@ -350,40 +394,105 @@ def save(t: Trainer, streams: list[tuple[dict[int, torch.Tensor], Any]]) -> Path
     return path
 
 
-class Progress:
-    """A one-line bar on a terminal; plain log lines anywhere else."""
+class Progress(Bar):
+    """The training bar (iteration, loss, speed, ETA); log lines off a terminal."""
 
     def __init__(self, total: int, stream: TextIO) -> None:
+        super().__init__(stream)
         self.total = total
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.drawn = 0
+        self.first: tuple[float, int] | None = None  # (time, iteration) of 1st update
+        self.last = ""
+
+    def eta(self, it: int) -> str:
+        """', ETA 3m12s' at the pace since the first update (evaluations included)."""
+        now = time.monotonic()
+        if self.first is None:
+            self.first = (now, it)
+        start, first = self.first
+        if it <= first or it >= self.total:
+            return ""
+        left = (now - start) / (it - first) * (self.total - it)
+        return f", ETA {duration(left)}" if left >= 1 else ""
 
     def update(self, it: int, loss: float, ms: float, mfu: float | None) -> None:
         extra = f", mfu {mfu:.1%}" if mfu is not None else ""
+        text = f"loss {loss:.4f} {ms:.1f} ms/iter{extra}"
         if not self.tty:
-            self.print(f"iter {it}: loss {loss:.4f}, {ms:.1f} ms/iter{extra}")
+            self.print(
+                f"iter {it}: loss {loss:.4f}, {ms:.1f} ms/iter{extra}{self.eta(it)}"
+            )
             return
-        width = 30
-        filled = int(width * it / max(1, self.total))
-        line = (
-            f"[{'#' * filled}{'.' * (width - filled)}] {it}/{self.total}"
-            f" loss {loss:.4f} {ms:.1f} ms/iter{extra}"
-        )
-        self.stream.write("\r" + line.ljust(self.drawn))
-        self.stream.flush()
-        self.drawn = len(line)
+        self.last = text
+        self.draw(f"{bar(it, self.total)} {text}{self.eta(it)}")
 
-    def print(self, text: str) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * self.drawn + "\r")
-            self.drawn = 0
-        print(text, file=self.stream, flush=True)
+    def complete(self, done: int) -> None:
+        """Show the bar full once the last step is done (it is drawn before)."""
+        if self.tty and self.last:
+            self.draw(f"{bar(done, self.total)} {self.last}")
 
-    def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-            self.drawn = 0
+
+def evaluation_progress(
+    t: Trainer, out: Bar, it: int, stop: runs.StopSignal, measure: bool
+) -> Callable[[int], bool]:
+    """evaluate's on_batch: a bar, a speed estimate from the first evaluation,
+    and the answer to "go on?" (no, once Ctrl-C was pressed)."""
+    total = 2 * t.cfg.eval_iters
+    task = Task(out, f"step {it}: evaluating", total, "batches")
+    marks: dict[int, float] = {}
+    # Batches 2 and 3 time a forward pass (the first may include warm-up); a
+    # compiled model compiles during its first evaluations, so it is not timed.
+    measure = measure and total >= 3 and not t.runtime.compile
+
+    def on_batch(done: int) -> bool:
+        if measure and done in (1, 3):
+            synchronize(t.runtime.device)  # once per run, outside training steps
+            marks[done] = time.perf_counter()
+            if done == 3:
+                warning = size_warning(t, (marks[3] - marks[1]) / 2)
+                if warning:
+                    out.print(warning)
+        task.advance(done)
+        if done == total or stop.signum:
+            task.finish()
+        return not stop.signum
+
+    return on_batch
+
+
+# A training step slower than this makes the preset far too large for the
+# device: the presets' schedules run thousands of steps.
+SLOW_STEP_SECONDS = 1.0
+
+
+def size_warning(t: Trainer, batch_seconds: float) -> str | None:
+    """A warning, with the measured figure, when each step would take seconds.
+
+    A step is about three forward passes (forward and backward) per micro-batch;
+    `batch_seconds` is one forward pass of an evaluation batch, measured here
+    during the evaluation at t.iter_num.
+    """
+    cfg = t.cfg
+    step = 3 * t.micro_steps * batch_seconds
+    if step < SLOW_STEP_SECONDS:
+        return None
+    iters_left = cfg.max_iters - t.iter_num
+    # This evaluation, those at later multiples of eval_interval, and the last.
+    evaluations = len(range(t.iter_num, cfg.max_iters + 1, cfg.eval_interval))
+    evaluations += cfg.max_iters % cfg.eval_interval != 0 and iters_left > 0
+    total = iters_left * step + evaluations * 2 * cfg.eval_iters * batch_seconds
+    smaller = (
+        "--preset=tiny suits this device, or train on a GPU"
+        if cfg.preset != "tiny"
+        else "fewer --max_iters or a smaller model suit it, or a GPU"
+    )
+    return (
+        f"warning: preset {cfg.preset!r} is far too large for"
+        f" {device_name(t.runtime.device)} ({t.runtime.device}): one evaluation"
+        f" batch took {batch_seconds:.2f} s here, so a training step takes about"
+        f" {duration(step)} and this run ({iters_left} iterations,"
+        f" {evaluations} evaluations of {2 * cfg.eval_iters} batches) about"
+        f" {duration(total)}; {smaller}"
+    )
 
 
 @dataclass
@@ -393,11 +502,16 @@ class TrainResult:
     evals: list[tuple[int, float, float]]  # (iteration, train, val)
     checkpoint: Path | None
     ms_per_iter: float | None
+    stopped_by: str = ""  # SIGINT or SIGTERM when a signal ended the run early
 
 
-def train(cfg: Config, stream: TextIO | None = None) -> TrainResult:
+def train(
+    cfg: Config, stream: TextIO | None = None, typed: frozenset[str] | None = None
+) -> TrainResult:
     """Train from scratch or resume, as `cfg` says; return what happened.
 
+    `typed`: the settings given on the command line, for resuming (the others
+    come from the checkpoint); None: all of `cfg` is the request.
     Under torchrun (WORLD_SIZE > 1 in the environment) this is one of the
     processes of a DistributedDataParallel run; only rank 0 prints.
     """
@@ -407,18 +521,34 @@ def train(cfg: Config, stream: TextIO | None = None) -> TrainResult:
     )
     if device != cfg.device:
         cfg = replace_config(cfg, device=device)
+    # Before anything slow: where the run writes, and whose checkpoint is there.
+    ensure_writable(cfg.out_dir, "out_dir")
+    earlier = runs.refuse_overwrite(cfg) if cfg.init_from == "scratch" else None
     with contextlib.ExitStack() as stack:
         if not dist.is_main:
             stream = stack.enter_context(open(os.devnull, "w"))
         progress = Progress(cfg.max_iters, stream or sys.stdout)
         stack.enter_context(distributed.process_group(dist, pick_device(cfg.device)))
-        t = setup(cfg, log=progress.print, dist=dist)
+        t = setup(cfg, log=progress.print, dist=dist, typed=typed)
+        progress.total = t.cfg.max_iters
+        if earlier is not None and dist.is_main:
+            runs.remove_previous(t.cfg.out_dir, earlier, progress.print)
+        if t.iter_num >= t.cfg.max_iters > 0 and dist.is_main:
+            progress.print(
+                f"the run is complete (iteration {t.iter_num} of max_iters="
+                f"{t.cfg.max_iters}); to train on, pass --max_iters=N"
+                f" --allow_changes=max_iters (and --lr_decay_iters="
+                f"{t.cfg.lr_decay_steps} to keep the learning-rate schedule)"
+            )
+        stop = stack.enter_context(
+            runs.StopSignal(announce=dist.is_main, repeat_quits=not dist.enabled)
+        )
         with cuda_fast_matmul(t.runtime.device):
-            result = _loop(t, progress)
+            result = _loop(t, progress, stop)
     return result
 
 
-def _loop(t: Trainer, progress: Progress) -> TrainResult:
+def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
     cfg, rt = t.cfg, t.runtime
     processes = ""
     if t.dist.enabled:
@@ -438,7 +568,10 @@ def _loop(t: Trainer, progress: Progress) -> TrainResult:
         )
     start = t.iter_num
     saved: Path | None = None
+    saved_at = start  # the iteration out_dir's checkpoint holds (resumed: start)
     ms_per_iter = None
+    measured = False  # the device's speed is timed in the first evaluation
+    agreed = False  # under torchrun: every rank has heard the stop signal
     last_time, last_iter = time.perf_counter(), t.iter_num
     while True:
         it = t.iter_num
@@ -451,40 +584,85 @@ def _loop(t: Trainer, progress: Progress) -> TrainResult:
                 (t.batches.state_dict(), rng_state(rt.device)), t.dist
             )
             if t.dist.is_main:
-                losses = evaluate(t)
-                t.evals.append((it, losses["train"], losses["val"]))
-                progress.print(
-                    f"step {it}: train loss {losses['train']:.4f},"
-                    f" val loss {losses['val']:.4f}"
-                )
-                improved = losses["val"] < t.best_val_loss
-                t.best_val_loss = min(t.best_val_loss, losses["val"])
-                if it > 0 and (improved or cfg.always_save_checkpoint):
-                    saved = save(t, streams)
+                on_batch = evaluation_progress(t, progress, it, stop, not measured)
+                measured = True
+                losses = evaluate(t, on_batch)
+                if losses is not None:
+                    t.evals.append((it, losses["train"], losses["val"]))
+                    progress.print(
+                        f"step {it}: train loss {losses['train']:.4f},"
+                        f" val loss {losses['val']:.4f}"
+                    )
+                    improved = losses["val"] < t.best_val_loss
+                    t.best_val_loss = min(t.best_val_loss, losses["val"])
+                    if it > 0 and (improved or cfg.always_save_checkpoint):
+                        saved, saved_at = save(t, streams), it
             last_time, last_iter = time.perf_counter(), it
         if it >= cfg.max_iters:
+            break
+        # Checked between steps: an attribute read, nothing on the device.
+        if agreed if t.dist.enabled else stop.signum:
+            saved = _save_on_stop(t, progress, stop, saved, saved_at)
             break
         lr = lr_at(cfg, it)
         for group in t.optimizer.param_groups:
             group["lr"] = lr
         loss = train_step(t)
         t.iter_num += 1
-        if t.iter_num % cfg.log_interval == 0 or t.iter_num == cfg.max_iters:
-            # The one host read, every log_interval steps (the mean over ranks).
-            value = distributed.mean(loss, t.dist).item()
+        if it % cfg.log_interval == 0 or t.iter_num == cfg.max_iters:
+            # The one host read, every log_interval steps (the mean over ranks;
+            # under torchrun the same collective tells whether any rank stops).
+            if t.dist.enabled:
+                value, agreed = distributed.mean_and_any(loss, stop.signum > 0, t.dist)
+            else:
+                value = loss.item()
             now = time.perf_counter()
             seconds = (now - last_time) / (t.iter_num - last_iter)
             last_time, last_iter = now, t.iter_num
             ms_per_iter = 1000 * seconds
+            # Logged as the iteration this step ran (0 is the first): the same
+            # number in the log, in loss.csv and in a resumed run.
             t.losses.append((it, value))
-            progress.update(t.iter_num, value, ms_per_iter, t.mfu(seconds))
+            progress.update(it, value, ms_per_iter, t.mfu(seconds))
+    progress.complete(t.iter_num)
     progress.close()
     if t.dist.is_main:
         _report(t, progress, start)
-    return TrainResult(t.iter_num, t.losses, t.evals, saved, ms_per_iter)
+    return TrainResult(
+        t.iter_num, t.losses, t.evals, saved, ms_per_iter, stopped_by=stop.name
+    )
+
+
+def _save_on_stop(
+    t: Trainer,
+    progress: Progress,
+    stop: runs.StopSignal,
+    saved: Path | None,
+    saved_at: int,
+) -> Path | None:
+    """Checkpoint where a signal stopped the run and say how to resume it."""
+    streams = distributed.gather(
+        (t.batches.state_dict(), rng_state(t.runtime.device)), t.dist
+    )
+    if not t.dist.is_main:
+        return saved
+    it = t.iter_num
+    path = checkpoint.path_in(t.cfg.out_dir)
+    if it == 0:
+        progress.print(f"stopped by {stop.name} before the first step: nothing to save")
+        return saved
+    if saved_at != it:
+        saved = save(t, streams)
+    progress.print(
+        f"stopped by {stop.name} at iteration {it} of {t.cfg.max_iters}: checkpoint"
+        f" {path}; resume with `{runs.resume_hint(t.cfg)}`"
+    )
+    return saved
 
 
 def _report(t: Trainer, progress: Progress, start: int) -> None:
+    if not t.losses and not t.evals:
+        return  # stopped before anything was measured: no empty files
     out_dir = Path(t.cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ran = [loss for it, loss in t.losses if it >= start]
@@ -494,11 +672,12 @@ def _report(t: Trainer, progress: Progress, start: int) -> None:
             f" {ran[-1]:.4f}"
         )
     csv_path = out_dir / "loss.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["iter", "train_loss", "eval_train_loss", "eval_val_loss"])
-        writer.writerows((it, loss, "", "") for it, loss in t.losses)
-        writer.writerows((it, "", tr, val) for it, tr, val in t.evals)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["iter", "train_loss", "eval_train_loss", "eval_val_loss"])
+    writer.writerows((it, loss, "", "") for it, loss in t.losses)
+    writer.writerows((it, "", tr, val) for it, tr, val in t.evals)
+    write_atomic(csv_path, text.getvalue().encode())
     if t.cfg.plot:
         progress.print(plot_losses(t, out_dir / "loss.png", csv_path))
     if checkpoint.path_in(out_dir).is_file():

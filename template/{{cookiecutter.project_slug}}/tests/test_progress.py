@@ -1,0 +1,52 @@
+"""Progress while training: an ETA, evaluations shown, a preset too large named."""
+
+import io
+
+from {{ cookiecutter.package_name }}.config import replace
+from {{ cookiecutter.package_name }}.progress import duration
+from {{ cookiecutter.package_name }}.train import Progress, setup, size_warning, train
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_training_bar_shows_the_time_left():
+    terminal = Terminal()
+    progress = Progress(total=10**9, stream=terminal)
+    progress.update(0, loss=4.0, ms=10.0, mfu=None)
+    progress.update(10, loss=3.5, ms=10.0, mfu=None)
+    progress.close()
+    first, second = terminal.getvalue().split("\r")[1:]
+    assert "ETA" not in first  # no pace known yet
+    assert "10/1000000000 loss 3.5000 10.0 ms/iter, ETA " in second
+
+
+def test_durations_read_as_a_person_would_say_them():
+    seconds = (0.4, 45, 192, 7500)
+    assert [duration(s) for s in seconds] == ["0s", "45s", "3m12s", "2h05m"]
+
+
+def test_an_evaluation_shows_its_progress_on_a_terminal(small_config):
+    terminal = Terminal()
+    train(replace(small_config, max_iters=2, eval_iters=3), stream=terminal)
+    shown = terminal.getvalue()
+    assert "\rstep 0: evaluating [" in shown and " batches" in shown
+    assert "step 2: train loss" in shown
+
+
+def test_a_preset_far_too_large_for_the_device_is_named_with_the_measured_time(
+    small_config,
+):
+    t = setup(replace(small_config, preset="shakespeare_char", max_iters=100,
+                      eval_interval=50, eval_iters=10), log=lambda _: None)  # fmt: skip
+    warning = size_warning(t, batch_seconds=2.0)
+    assert warning is not None
+    assert "preset 'shakespeare_char' is far too large for" in warning
+    assert "one evaluation batch took 2.00 s here" in warning
+    # 3 forward passes a step; evaluations at 0, 50, 100 of 20 batches each.
+    assert "a training step takes about 6s" in warning
+    assert "(100 iterations, 3 evaluations of 20 batches) about 12m00s" in warning
+    assert "--preset=tiny suits this device" in warning
+    assert size_warning(t, batch_seconds=0.01) is None

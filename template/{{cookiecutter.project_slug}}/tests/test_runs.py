@@ -1,0 +1,140 @@
+"""What `train` may do to out_dir, tried as a user would: on the command line."""
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }} import checkpoint
+from {{ cookiecutter.package_name }}.cli import main
+
+SMALL = {
+    "n_layer": 2,
+    "n_head": 2,
+    "n_embd": 32,
+    "block_size": 32,
+    "batch_size": 8,
+    "max_iters": 4,
+    "warmup_iters": 2,
+    "eval_interval": 1000,
+    "eval_iters": 2,
+    "log_interval": 1,
+    "device": "cpu",
+    "dtype": "float32",
+    "compile": "false",
+    "plot": "false",
+}
+
+
+def flags(data_dir: Path, out_dir: Path, **changes) -> list[str]:
+    settings = {**SMALL, "data_dir": data_dir, "out_dir": out_dir, **changes}
+    return [f"--{key}={value}" for key, value in settings.items()]
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the command line; its exit code, stdout and stderr."""
+
+    def run(*args) -> tuple[int, str, str]:
+        code = main([str(arg) for arg in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
+def trained(cli, data_dir, tmp_path) -> Path:
+    """out_dir of a finished 4-iteration run."""
+    out = tmp_path / "out"
+    code, _, err = cli("train", *flags(data_dir, out))
+    assert code == 0, err
+    return out
+
+
+def test_training_again_into_the_same_out_dir_is_refused_and_keeps_the_checkpoint(
+    cli, data_dir, trained
+):
+    before = (trained / "ckpt.pt").read_bytes()
+    code, out, err = cli("train", *flags(data_dir, trained, max_iters=1, dtype="auto"))
+    assert code == 2 and out == ""
+    assert f"{trained / 'ckpt.pt'} holds an earlier run (iteration 4 of" in err
+    for way_out in ("--init_from=resume", "--out_dir=NEW_FOLDER", "--overwrite=true"):
+        assert way_out in err
+    assert (trained / "ckpt.pt").read_bytes() == before
+
+
+def test_overwrite_replaces_the_earlier_run_and_says_so(cli, data_dir, trained):
+    code, out, err = cli("train", *flags(data_dir, trained, max_iters=2),
+                         "--overwrite=true")  # fmt: skip
+    assert code == 0, err
+    assert f"removed the earlier run in {trained} (iteration 4 of" in out
+    assert checkpoint.load(trained / "ckpt.pt")["iter_num"] == 2
+
+
+def test_resuming_with_other_settings_names_each_difference_and_trains_nothing(
+    cli, data_dir, trained
+):
+    before = (trained / "ckpt.pt").read_bytes()
+    code, out, err = cli("train", "--init_from=resume", f"--out_dir={trained}",
+                         "--max_iters=8", "--n_layer=3",
+                         "--learning_rate=0.002")  # fmt: skip
+    assert code == 2 and "iter " not in out
+    assert "n_layer: 2 in the checkpoint, 3 asked for (the model's shape" in err
+    assert "max_iters: 4 in the checkpoint, 8 asked for" in err
+    assert "learning_rate: 0.001 in the checkpoint, 0.002 asked for" in err
+    assert "learning rate decays over 4 steps in the checkpoint, 8 asked" in err
+    assert "--allow_changes=max_iters,learning_rate,lr_decay_iters" in err
+    assert (trained / "ckpt.pt").read_bytes() == before
+
+
+def test_resuming_with_no_settings_continues_the_run_as_it_was(cli, trained):
+    # Every setting, data_dir included, comes from the checkpoint.
+    code, out, err = cli("train", "--init_from=resume", f"--out_dir={trained}")
+    assert code == 0, err
+    assert f"resumed from {trained / 'ckpt.pt'} at iteration 4" in out
+    assert "the run is complete (iteration 4 of max_iters=4)" in out
+
+
+def test_training_on_past_max_iters_needs_allow_changes_and_keeps_the_schedule(
+    cli, trained
+):
+    resume = ("train", "--init_from=resume", f"--out_dir={trained}", "--max_iters=6")
+    code, _, err = cli(*resume, "--allow_changes=max_iters")
+    assert code == 2 and "--lr_decay_iters=4 keeps the schedule" in err
+    code, out, err = cli(*resume, "--allow_changes=max_iters", "--lr_decay_iters=4")
+    assert code == 0, err
+    assert "changed on resuming (--allow_changes): max_iters 4 -> 6" in out
+    state = checkpoint.load(trained / "ckpt.pt")
+    assert state["iter_num"] == 6 and state["config"]["lr_decay_iters"] == 4
+
+
+def test_an_out_dir_that_cannot_be_written_fails_at_once_in_one_line(cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    # No dataset there either: the out_dir check comes before any loading.
+    code, out, err = cli("train", f"--out_dir={blocker / 'out'}",
+                         f"--data_dir={tmp_path / 'nothing'}")  # fmt: skip
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"--out_dir={blocker / 'out'}: cannot write there" in err
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_the_log_and_loss_csv_give_the_same_iteration_numbers(cli, data_dir, tmp_path):
+    out_dir = tmp_path / "out"
+    code, out, err = cli("train", *flags(data_dir, out_dir, max_iters=7,
+                                         log_interval=3))  # fmt: skip
+    assert code == 0, err
+    logged = [int(n) for n in re.findall(r"^iter (\d+): loss", out, re.M)]
+    with open(out_dir / "loss.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row["train_loss"]]
+    assert logged == [int(row["iter"]) for row in rows] == [0, 3, 6]
+
+
+def test_a_nan_learning_rate_is_blamed_on_learning_rate(cli):
+    code, _, err = cli("train", "--learning_rate=nan")
+    assert code == 2
+    assert "learning_rate=nan (--learning_rate=nan on the command line)" in err
+    assert "min_lr" not in err
