@@ -40,6 +40,7 @@ INI_NAMES = (
     "mps_allow_fallback",
     "mps_mixed_devices",
     "mps_watch_every_op",
+    "mps_expected_host_syncs",
     "mps_audit",
     "mps_audit_check",
     "mps_benchmark_autosave",

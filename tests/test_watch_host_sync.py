@@ -217,3 +217,58 @@ def test_optimizer_step_counters_on_the_cpu_are_not_host_syncs(
     result = pytester.runpytest()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED *test_logging_the_loss_still_fails*"])
+
+
+def test_expected_host_syncs_in_named_functions_pass_and_others_fail(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(
+        """
+        [pytest]
+        mps_expected_host_syncs =
+            evaluation.py::mean_loss
+        """
+    )
+    pytester.makepyfile(
+        evaluation="""
+        def mean_loss(losses):
+            return losses.mean().item()  # one read-back per evaluation, by design
+
+        def sloppy(losses):
+            return losses.sum().item()
+        """,
+        test_loop="""
+        import pytest, torch
+        from evaluation import mean_loss, sloppy
+
+        @pytest.mark.no_host_sync
+        def test_expected():
+            assert mean_loss(torch.ones(3)) == 1.0
+
+        @pytest.mark.no_host_sync
+        def test_unexpected():
+            sloppy(torch.ones(3))
+        """,
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*HostSyncError: aten::_local_scalar_dense makes the host wait*evaluation.py:5*"
+        ]
+    )
+
+
+def test_a_bad_expected_host_sync_line_names_the_ini_option(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nmps_expected_host_syncs = train.py:12\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*ini option mps_expected_host_syncs in *tox.ini: 'train.py:12' is not "
+            "path::function*"
+        ]
+    )

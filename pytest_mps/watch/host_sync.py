@@ -37,7 +37,7 @@ from pytest_mps import ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.watch import OpCallback, settings
 from pytest_mps.watch.findings import TestFindings, findings_for
-from pytest_mps.watch.locations import user_location
+from pytest_mps.watch.locations import in_functions, user_frame, user_location
 
 
 class HostSyncError(AssertionError):
@@ -197,13 +197,18 @@ class SyncGuard:
     every_op = False
 
     def __init__(
-        self, count_cpu: bool, why: str, findings: TestFindings | None = None
+        self,
+        count_cpu: bool,
+        why: str,
+        findings: TestFindings | None = None,
+        expected: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.count_cpu = count_cpu
         #: reading a CPU tensor is a sync only when CPU tensors count (watch.front)
         self.watches_cpu = count_cpu
         self.why = why
         self.findings = findings
+        self.expected = expected
         self.checks = sync_checks()
         # the watch mode calls this guard only for these ops
         self.ops = frozenset(self.checks)
@@ -218,7 +223,10 @@ class SyncGuard:
             return
         if self.count_cpu and _optimizer_step_counter(args[0]):
             return
-        where = user_location(sys._getframe(1))
+        frame = user_frame(sys._getframe(1))
+        if in_functions(frame, self.expected):
+            return  # by design (mps_expected_host_syncs)
+        where = user_location(frame) if frame is not None else "unknown"
         name = func._schema.name
         if self.findings is not None:
             self.findings.add("host-sync", name, where, detail=reason)
@@ -241,7 +249,8 @@ def forbid_host_sync(*, count_cpu: bool | None = None) -> Iterator[None]:
     from pytest_mps.watch.mode import op_watch
 
     cpu = settings.running_on_cpu[0] if count_cpu is None else count_cpu
-    with op_watch(SyncGuard(cpu, "forbid_host_sync()")):
+    expected = settings.expected_syncs[0]
+    with op_watch(SyncGuard(cpu, "forbid_host_sync()", expected=expected)):
         yield
 
 
@@ -257,4 +266,9 @@ def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:
     if ownership.closest_marker(item, "no_host_sync") is None:
         return None
     count_cpu = _test_device(item) == "cpu"
-    return SyncGuard(count_cpu, "@pytest.mark.no_host_sync", findings_for(item))
+    return SyncGuard(
+        count_cpu,
+        "@pytest.mark.no_host_sync",
+        findings_for(item),
+        item.config.stash.get(settings.expected_syncs_key, ()),
+    )

@@ -53,6 +53,24 @@ def user_frame(start: types.FrameType | None = None) -> types.FrameType | None:
     return None
 
 
+def in_functions(
+    frame: types.FrameType | None, functions: tuple[tuple[str, str], ...]
+) -> bool:
+    """True when ``frame`` runs one of ``functions``: (path suffix, name) pairs.
+
+    The name matches the code's name or qualified name (``Trainer.evaluate``).
+    """
+    if frame is None or not functions:
+        return False
+    code = frame.f_code
+    path = code.co_filename.replace("\\", "/")
+    names = (code.co_name, getattr(code, "co_qualname", code.co_name))
+    return any(
+        name in names and (path == suffix or path.endswith("/" + suffix.lstrip("/")))
+        for suffix, name in functions
+    )
+
+
 def user_location(start: types.FrameType | None = None) -> str:
     """``"path:line"`` of the user's code that runs now ("unknown" if none)."""
     frame = user_frame(start if start is not None else sys._getframe(1))

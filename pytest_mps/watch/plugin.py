@@ -78,6 +78,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("mps_mixed_devices", settings.MIXED_HELP, default=None)
     parser.addini(
+        "mps_expected_host_syncs",
+        settings.EXPECTED_SYNCS_HELP,
+        type="linelist",
+        default=[],
+    )
+    parser.addini(
         "mps_watch_every_op", settings.EVERY_OP_HELP, type="bool", default=False
     )
 
@@ -111,6 +117,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)  # after devices.py has resolved the devices
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, *settings.MARKERS)
+    config.stash[settings.expected_syncs_key] = settings.parse_expected_syncs(config)
     sink = config.stash[_sink_key] = _Rows(config)
     config.pluginmanager.register(sink, "pytest-mps-watch-rows")
     config.stash[settings.mixed_mode_key] = mixed_mode = settings.mixed_mode(config)
@@ -163,6 +170,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
         device = (item.config.stash.get(devices_key, None) or ["cpu"])[0]
     settings.running_on_cpu[0] = str(device) == "cpu"
+    settings.expected_syncs[0] = item.config.stash.get(settings.expected_syncs_key, ())
 
 
 def _callbacks_for(item: pytest.Item) -> list[OpCallback]:

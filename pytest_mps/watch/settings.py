@@ -29,6 +29,12 @@ EVERY_OP_HELP = (
     "watch every aten op of a watched test: no skipping of calls known to be "
     "clean (F.linear on one device, ...), at several us per op"
 )
+EXPECTED_SYNCS_HELP = (
+    "functions whose host syncs are by design, one per line as path::function "
+    "(src/pkg/train.py::evaluate; a path suffix, the function's name or "
+    "qualified name): syncs made directly in them are neither failed by "
+    "no_host_sync / forbid_host_sync() nor listed by --mps-audit"
+)
 MODES = ("error", "warn", "off")
 VARIABLE = "PYTORCH_ENABLE_MPS_FALLBACK"
 
@@ -56,6 +62,25 @@ mixed_mode_key = pytest.StashKey[str]()
 #: Whether the running test's device is the CPU: ``forbid_host_sync()``'s default
 #: for counting CPU tensors as device tensors. Set before each test.
 running_on_cpu = [False]
+#: The session's expected host syncs, as (path suffix, function) pairs; set
+#: before each test for ``forbid_host_sync()``, which has no test at hand.
+expected_syncs: list[tuple[tuple[str, str], ...]] = [()]
+#: The same pairs, read once per session.
+expected_syncs_key = pytest.StashKey[tuple[tuple[str, str], ...]]()
+
+
+def parse_expected_syncs(config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """The ``mps_expected_host_syncs`` lines as (path suffix, function) pairs."""
+    found = []
+    for line in config.getini("mps_expected_host_syncs"):
+        path, sep, function = str(line).strip().rpartition("::")
+        if not sep or not path or not function:
+            raise pytest.UsageError(
+                f"ini option mps_expected_host_syncs in {config.inipath}: {line!r} "
+                "is not path::function (src/pkg/train.py::evaluate)"
+            )
+        found.append((path.replace("\\", "/"), function))
+    return tuple(found)
 
 
 def _ini_mode(config: pytest.Config, name: str) -> str | None:
