@@ -241,7 +241,12 @@ def plan(
 
 
 def run_suite(
-    cases: list[str], folder: Path, sample: int, workers: int, device: str
+    cases: list[str],
+    folder: Path,
+    sample: int,
+    workers: int,
+    device: str,
+    yaml_only: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     (folder / "conftest.py").write_text(CONFTEST, encoding="utf-8")
     (folder / "test_opinfo.py").write_text(TEST_MODULE, encoding="utf-8")
@@ -258,6 +263,8 @@ def run_suite(
         "AUDIT_ACCURACY_SAMPLE": str(sample),
         "AUDIT_ACCURACY_DEVICE": device,
     }
+    if yaml_only:  # pytest-mps's override of common_mps.py: a file that is not
+        env["PYTEST_MPS_COMMON_MPS"] = str(folder / "no-common_mps.py")
     command = [
         sys.executable,
         "-m",
@@ -326,7 +333,8 @@ def _describe(rows: list[dict[str, Any]]) -> str:
         if row.get("allowed") or row.get("kind") in ("host-sync", "mixed-devices"):
             continue
         rule = row.get("rule") or row.get("why", "")
-        parts.append(f"{row['name']} {row['outcome']} [{rule}]")
+        how = f"{rule}; {row['certainty']}" if row.get("certainty") else rule
+        parts.append(f"{row['name']} {row['outcome']} [{how}]: {row['why'][:90]}")
     return "; ".join(parts) or "no finding"
 
 
@@ -417,6 +425,11 @@ def main() -> None:
         help="sample inputs as the CPU tests get them (float64 dtype= arguments, "
         "...), not as PyTorch's MPS tests get them",
     )
+    parser.add_argument(
+        "--yaml-only",
+        action="store_true",
+        help="the audit without PyTorch's MPS test lists (yaml and rules alone)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers")
     parser.add_argument("--json", type=Path, help="write cases and results here")
     parser.add_argument("--keep", type=Path, help="generate and run the suite here")
@@ -439,10 +452,12 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         rows, audit, seconds = run_suite(
-            cases, folder, args.sample, args.workers, device
+            cases, folder, args.sample, args.workers, device, args.yaml_only
         )
     result = score(cases, info, rows, audit, lists)
+    note = audit.get("pytorch_lists", {}).get("note") or "PyTorch's lists used"
     print(f"\npytest --mps-audit=error over {len(cases)} tests: {seconds:.0f} s")
+    print(f"audit: {note}")
     print_table(result["table"])
     print("\nleft out:")
     for why, count in sorted(result["left_out"].items()):
