@@ -131,6 +131,7 @@ def trace_all(progress: bool = True) -> dict[str, Any]:
     warnings.simplefilter("ignore")
     start = time.perf_counter()
     result: dict[str, Any] = {}
+    op: Any
     for index, op in enumerate(op_db):
         key = op.name + op.variant_test_name
         cpu = {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}

@@ -293,7 +293,9 @@ def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
         if f.func.is_out_fn() or name.name.inplace:
             siblings.setdefault(str(name.name.base), []).append(name)
     explicit = "composite:CompositeExplicitAutograd"
-    for f in parsed.native_functions:
+    # a runtime consequence, not a registration: only for the MPS prediction
+    # (the CPU table must match the CPU dispatcher's registrations)
+    for f in parsed.native_functions if backend == "MPS" else ():
         name = f.func.name
         if table[str(name)] != explicit or f.func.is_out_fn() or name.name.inplace:
             continue

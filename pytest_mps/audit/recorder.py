@@ -7,6 +7,8 @@ checks so both features judge alike.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -183,7 +185,7 @@ class Recorder:
         check = self.syncs.get(func)
         if check is not None:
             reason = check(args, kwargs, self.count_cpu)
-            if reason is not None:
+            if reason is not None and not _optimizer_counter(op):
                 self._note("host-sync", op, "host sync", reason, op)
         if self.devices is not None:
             self.devices(func, args, kwargs)
@@ -229,6 +231,33 @@ class Recorder:
                     }
                 )
         return sorted(rows, key=lambda r: (not is_problem(r), r["kind"], r["name"]))
+
+
+_TORCH = f"{os.sep}torch{os.sep}"
+_OPTIM = f"{_TORCH}optim{os.sep}"
+_OURS = f"{os.sep}pytest_mps{os.sep}"
+
+
+def _optimizer_counter(op: str) -> bool:
+    """True when torch.optim reads back a ``step`` counter (``_get_value``).
+
+    Non-fused, non-capturable optimizers keep ``step`` on the CPU on every
+    device (torch/optim/optimizer.py), so the read is a host read on MPS too,
+    not a GPU sync; a CPU run cannot tell it from ``loss.item()`` otherwise.
+    """
+    if op != "aten::_local_scalar_dense":
+        return False
+    frame: Any = sys._getframe(1)
+    # up through pytest-mps's watch mode and torch's dispatch frames to the
+    # first frame of torch.optim, or to the user's code
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _OPTIM in name:
+            return True
+        if _TORCH not in name and _OURS not in name:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def is_problem(row: Mapping[str, Any]) -> bool:

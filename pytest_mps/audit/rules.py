@@ -52,7 +52,7 @@ def op_key(
 def _first_dtype(values: Sequence[Any], tensor: type) -> str | None:
     for value in values:
         if isinstance(value, tensor):
-            return str(value.dtype).removeprefix("torch.")
+            return str(getattr(value, "dtype")).removeprefix("torch.")  # noqa: B009
         if isinstance(value, (list, tuple)):
             found = _first_dtype(value, tensor)
             if found is not None:
