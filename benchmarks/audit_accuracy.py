@@ -2,8 +2,11 @@
 
 Measured the user's way: one generated test per (OpInfo of torch's ``op_db``,
 dtype), run by ``pytest --mps-audit=error`` in a subprocess. Each test's
-inputs (the OpInfo's first sample input for that dtype, on the CPU) are made
-by a fixture, outside the watched call; the test calls the op once. A test
+inputs (the OpInfo's first sample input for that dtype, made as PyTorch's MPS
+tests make it, ``sample_inputs("mps", ...)``, but with CPU tensors; some
+sample functions pass ``dtype=torch.float64`` on the CPU and bfloat16 on MPS;
+``--cpu-samples`` takes the CPU ones) are made by a fixture, outside the
+watched call; the test calls the op once. A test
 that fails with the audit's message is the audit saying "MPS lacks this (op,
 dtype)"; a test that passes is the audit saying it runs.
 
@@ -26,7 +29,16 @@ dtype and overall, then every disagreement with its reason.
 Needs the packages ``op_db`` imports (numpy, expecttest). Usage::
 
     python benchmarks/audit_accuracy.py [--dtypes float32,int64] [--match SUBSTR]
-        [--sample N] [--workers N] [--json PATH] [--keep DIR]
+        [--sample N] [--cpu-samples] [--yaml-only] [--workers N] [--json PATH]
+        [--keep DIR]
+
+``--yaml-only`` hides common_mps.py from the audit (``PYTEST_MPS_COMMON_MPS``)
+to measure the op table and rules alone: the OpInfo map is traced from these
+very samples, so the full figure is partly the lists agreeing with themselves.
+
+torch 2.13.0 (CPU), 2560 scored cases (31 left out), precision / recall:
+before (eae862b) 0.902 / 0.631 (TP 101, FP 11, FN 59); yaml and rules alone
+0.964 / 0.825 (132, 5, 28); with PyTorch's lists 0.966 / 0.900 (144, 5, 16).
 """
 
 from __future__ import annotations
