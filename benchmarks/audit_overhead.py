@@ -22,6 +22,7 @@ import torch
 import watch_overhead  # the same nanoGPT step, from this folder
 
 from pytest_mps.audit import ops as mps_ops
+from pytest_mps.audit import plugin
 from pytest_mps.audit.recorder import Recorder
 from pytest_mps.watch import mode as watch
 
@@ -41,6 +42,16 @@ def timed(step: Callable[[], None], mode: Any | None) -> float:
     return time.perf_counter() - start
 
 
+def expected(table: mps_ops.OpTable) -> dict[str, Any]:
+    """PyTorch's MPS test lists as the audit attributes them (loaded once)."""
+    if not _expected:
+        _expected.append(plugin.load_expectations(table, plugin.NEWEST_MACOS).blamed)
+    return _expected[0]
+
+
+_expected: list[dict[str, Any]] = []
+
+
 def callback_cost(table: mps_ops.OpTable, ops: list[tuple[Any, Any, Any]]) -> float:
     """Seconds the audit's callback takes for one step's ops, a fresh recorder
     per pass as each test gets; the median of 20 passes.
@@ -49,7 +60,7 @@ def callback_cost(table: mps_ops.OpTable, ops: list[tuple[Any, Any, Any]]) -> fl
     """
     passes = []
     for _ in range(20):
-        recorder = Recorder(table, keep_ops=False)
+        recorder = Recorder(table, keep_ops=False, expected=expected(table))
         start = time.perf_counter()
         for func, args, kwargs in ops:
             recorder(func, args, kwargs)
@@ -85,7 +96,7 @@ def main() -> None:
     with watch.watch_mode([lambda func, a, k: ops.append((func, a, dict(k)))]):
         step()
     callback = callback_cost(table, ops)
-    recorder = Recorder(table, keep_ops=False)
+    recorder = Recorder(table, keep_ops=False, expected=expected(table))
     with watch.watch_mode([recorder]):
         step()  # warm the recorder's per-op cache, as the first test would
     variants: dict[str, Callable[[], Any | None]] = {

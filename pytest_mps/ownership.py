@@ -43,6 +43,7 @@ INI_NAMES = (
     "mps_expected_host_syncs",
     "mps_audit",
     "mps_audit_check",
+    "mps_audit_macos",
     "mps_benchmark_autosave",
     "mps_benchmark_compare_fail",
     "mps_benchmark_devices",

@@ -116,7 +116,7 @@ def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
             "*MPS audit: predicted from torch *",
             "4 tests audited, 1 without findings",
             "test_user.py::test_svd",
-            "  aten::_linalg_svd  fallback  x1  at test_user.py:7",
+            "  aten::_linalg_svd  forced_fallback  x1  at test_user.py:7",
             "test_user.py::test_float64",
             "  torch.float64  unsupported dtype  x*  at test_user.py:12",
             "  aten::_local_scalar_dense  host sync  x1  at test_user.py:13",
@@ -124,11 +124,11 @@ def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
             "  aten::_local_scalar_dense  host sync  x5  at test_user.py:20",
             "op or dtype*predicted*count*tests*first at",
             "torch.float64 *unsupported dtype * 1  test_user.py:12",
-            "aten::_linalg_svd *fallback * 1 * 1  test_user.py:7",
             "aten::_local_scalar_dense *host sync * 6 * 2  test_user.py:13",
+            "aten::_linalg_svd *forced_fallback * 1 * 1  test_user.py:7",
             "",
-            "fallback: falls back to CPU (raises without "
-            "PYTORCH_ENABLE_MPS_FALLBACK=1)",
+            "forced_fallback: runs on the CPU even on MPS (MPSFallback.mm): "
+            "works, slowly",
             "torch.float64 (unsupported dtype): Cannot convert a MPS Tensor to "
             "float64 dtype as the MPS framework doesn't support float64. Please use "
             "float32 instead.",
@@ -140,10 +140,13 @@ def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
     assert audit["tests"]["test_user.py::test_gpt_step"] == []
     svd = audit["tests"]["test_user.py::test_svd"]
     assert [(f["name"], f["outcome"]) for f in svd] == [
-        ("aten::_linalg_svd", "fallback")
+        ("aten::_linalg_svd", "forced_fallback")
     ]
     assert svd[0]["first"].endswith("test_user.py:7")
-    assert svd[0]["why"] == "structured_delegate _linalg_svd.U has no MPS kernel"
+    # the CPU run shows _linalg_svd; on MPS linalg_svd itself goes to the CPU
+    assert svd[0]["why"].startswith("through svd/linalg.svd: MPS runs linalg_svd")
+    assert (svd[0]["rule"], svd[0]["certainty"]) == ("argument rule", "likely")
+    assert svd[0]["source"] == "MPSFallback.mm registers mps_fallback for linalg_svd"
     svd_fix = [c for c in audit["corrections"] if c["op"] == "linalg_svd"]
     assert svd_fix[0]["applies"] is True
     assert svd_fix[0]["source"].startswith("MPSFallback.mm @035290b")
@@ -153,6 +156,7 @@ def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
         "torch.float64",
         "aten::zeros",
     )
+    assert (dtype["rule"], dtype["certainty"]) == ("dtype", "certain")
 
 
 def test_the_header_says_where_the_op_table_came_from(
@@ -162,7 +166,9 @@ def test_the_header_says_where_the_op_table_came_from(
     result.stdout.fnmatch_lines(
         [
             "mps-audit: report; op table of torch * (* overloads: * MPS, * "
-            "composite, * fall back) from * in * ms"
+            "composite, * fall back) from * in * ms; macOS newest",
+            "mps-audit: PyTorch's MPS test lists: * (OpInfo, dtype) failures, * "
+            "attributed (op, dtype) keys, * left to the argument rules",
         ]
     )
 
@@ -177,18 +183,31 @@ def test_without_the_option_nothing_is_audited(user_suite: pytest.Pytester) -> N
 def test_error_level_fails_each_test_with_findings_naming_op_and_line(
     user_suite: pytest.Pytester,
 ) -> None:
+    user_suite.makepyfile(
+        test_frexp="""
+        import torch
+
+        def test_frexp():
+            torch.frexp(torch.randn(3))
+        """
+    )
     result = user_suite.runpytest("--mps-audit=error")
-    result.assert_outcomes(passed=2, failed=2)
+    # svd runs on MPS (on the CPU, slowly): listed, not failed
+    result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(
         [
             "*--mps-audit=error: this test would not run cleanly on MPS:",
-            "  aten::_linalg_svd: falls back to CPU * (structured_delegate "
-            "_linalg_svd.U has no MPS kernel)",
-            "    first at */test_user.py:7",
+            "  aten::frexp.Tensor: falls back to CPU * (its "
+            "CompositeExplicitAutograd kernel calls frexp.Tensor_out, which has "
+            "no MPS kernel) [[]op table; likely; native_functions.yaml]",
+            "    first at */test_frexp.py:4",
         ]
     )
     result.stdout.fnmatch_lines(
-        ["  torch.float64 (in aten::zeros): Cannot convert a MPS Tensor to float64*"]
+        [
+            "  torch.float64 (in aten::zeros): Cannot convert a MPS Tensor to "
+            "float64*[[]dtype; certain; *]"
+        ]
     )
 
 
@@ -220,16 +239,14 @@ def test_ini_option_turns_the_audit_on(pytester: pytest.Pytester) -> None:
         """
         import torch
 
-        def test_embedding_renorm():
-            weight = torch.randn(10, 3)
-            torch.embedding_renorm_(weight, torch.tensor([1, 2]), 1.0, 2.0)
+        def test_put():
+            x = torch.zeros(4)
+            x.put(torch.tensor([1, 2]), torch.ones(2))
         """
     )
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["  aten::embedding_renorm_: always falls back to CPU (MPSFallback.mm)*"]
-    )
+    result.stdout.fnmatch_lines(["  aten::put: falls back to CPU * calls put_*"])
 
 
 def test_command_line_level_overrides_the_ini(pytester: pytest.Pytester) -> None:
@@ -244,15 +261,25 @@ def test_command_line_level_overrides_the_ini(pytester: pytest.Pytester) -> None
     )
     result = pytester.runpytest("--mps-audit=report")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["aten::_linalg_svd *fallback *"])
+    result.stdout.fnmatch_lines(["aten::_linalg_svd *forced_fallback *"])
 
 
 def test_a_bad_level_is_an_error_naming_the_flag(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--mps-audit=loud")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["*--mps-audit: 'loud' is not one of off, report, error*"]
+    result.stderr.fnmatch_lines(["*--mps-audit: ignored explicit argument 'loud'*"])
+
+
+def test_a_bare_audit_flag_never_takes_the_following_path_as_its_level(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_first="def test_one():\n    pass\n",
+        test_second="def test_two():\n    pass\n",
     )
+    result = pytester.runpytest("--mps-audit", "test_second.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*MPS audit*", "1 tests audited, 1 without findings"])
 
 
 def test_a_bad_ini_level_is_an_error_naming_the_ini_file(
@@ -266,7 +293,7 @@ def test_a_bad_ini_level_is_an_error_naming_the_ini_file(
     )
 
 
-def test_svd_under_inference_mode_is_still_predicted_to_fall_back(
+def test_svd_under_inference_mode_is_still_predicted_to_run_on_the_cpu(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(
@@ -279,7 +306,7 @@ def test_svd_under_inference_mode_is_still_predicted_to_fall_back(
         """
     )
     result = pytester.runpytest("--mps-audit")
-    result.stdout.fnmatch_lines(["  aten::_linalg_svd  fallback  x1  at *:5"])
+    result.stdout.fnmatch_lines(["  aten::_linalg_svd  forced_fallback  x1  at *:5"])
 
 
 def test_check_off_a_mac_is_a_usage_error_with_the_reason(
@@ -365,9 +392,13 @@ def test_the_op_table_is_loaded_only_when_auditing(
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("PYTEST_MPS_CACHE_DIR", str(cache))
+    # without PyTorch's lists: no OpInfo map traced into the fresh cache
+    monkeypatch.setenv("PYTEST_MPS_COMMON_MPS", str(tmp_path / "absent.py"))
     monkeypatch.setattr(mps_ops, "_memory", {})
     user_suite.runpytest("-k", "svd").assert_outcomes(passed=1)
     assert not cache.exists()
     result = user_suite.runpytest("--mps-audit", "-k", "svd")
-    result.stdout.fnmatch_lines(["mps-audit: report; * from parsed in * ms"])
+    result.stdout.fnmatch_lines(
+        ["mps-audit: report; * from parsed in * ms; macOS newest"]
+    )
     assert [p.name.startswith("mps-ops-") for p in cache.iterdir()] == [True]

@@ -13,9 +13,18 @@ to one op overload in this order (``classify``):
    default when an op has neither ``dispatch:`` nor a delegate),
    ``CompositeExplicitAutograd`` or ``CompositeExplicitAutogradNonFunctional``:
    one kernel for every backend, built from other ops.
+   A ``CompositeExplicitAutograd`` functional whose out= or in-place sibling
+   has no MPS kernel (``frexp.Tensor`` -> ``frexp.Tensor_out``, ``put`` ->
+   ``put_``) is ``composite-out``: its one kernel allocates and calls that
+   sibling, so on MPS it falls back (``likely``: the yaml does not say which
+   sibling the kernel calls).
 4. ``none``: none of these: MPS runs PyTorch's boxed fallback, which moves the
    op to the CPU under ``PYTORCH_ENABLE_MPS_FALLBACK=1`` and raises
    NotImplementedError otherwise (aten/src/ATen/mps/MPSFallback.mm).
+
+Before the yaml, ``predict`` asks the dispatcher for MPS kernels registered
+from Python (``torch/_refs/linalg``: ``linalg_lu_solve.out``): a CPU-only
+build knows them too.
 
 ``predict`` then applies, in order: the dated ``CORRECTIONS`` (ops the yaml
 gets wrong for MPS), ``ROUTED_PREFIXES`` (device-specific implementations a
@@ -47,9 +56,16 @@ ROUTED = "routed"
 FALLBACK = "fallback"
 FORCED_FALLBACK = "forced_fallback"
 UNKNOWN = "unknown"
+RAISES = "raises"
+EXPECTED_FAIL = "expected to fail"
 
-#: Outcomes that mean the op would leave the GPU (or raise) on MPS.
-PROBLEMS = frozenset({FALLBACK, FORCED_FALLBACK})
+#: Outcomes that mean the op would raise on MPS (or leave it, given the variable).
+PROBLEMS = frozenset({FALLBACK, RAISES, EXPECTED_FAIL})
+
+#: Certainty of a prediction: read from PyTorch's own tables (yaml, dispatcher,
+#: MPS test lists), or inferred by a rule.
+CERTAIN = "certain"
+LIKELY = "likely"
 
 #: What each outcome means for a user, as printed in the audit.
 MEANING = {
@@ -57,8 +73,10 @@ MEANING = {
     COMPOSITE: "composite: runs on any backend",
     ROUTED: "device-specific; MPS takes another path",
     FALLBACK: "falls back to CPU (raises without PYTORCH_ENABLE_MPS_FALLBACK=1)",
-    FORCED_FALLBACK: "always falls back to CPU (MPSFallback.mm)",
+    FORCED_FALLBACK: "runs on the CPU even on MPS (MPSFallback.mm): works, slowly",
     UNKNOWN: "not in aten's native_functions.yaml; not predicted",
+    RAISES: "raises on MPS for these arguments",
+    EXPECTED_FAIL: "PyTorch's own MPS tests expect it to fail at this dtype",
 }
 
 _COMPOSITE_KEYS = (
@@ -68,7 +86,7 @@ _COMPOSITE_KEYS = (
 )
 
 #: Cache-file layout version; bump when the stored table changes shape.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,11 +233,13 @@ def dtype_problem(dtype: object) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
-    """What MPS would do with one op overload, and which rule said so."""
+    """What MPS would do with one op overload, which rule said so, and from what."""
 
     op: str
     outcome: str
     rule: str
+    source: str = "native_functions.yaml"
+    certainty: str = CERTAIN
 
     @property
     def problem(self) -> bool:
@@ -247,7 +267,8 @@ def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
     """Apply rules 1-4 to a ``torchgen.gen.ParsedYaml``: overload name -> rule code.
 
     Codes: ``explicit``, ``structured:<delegate>``, ``composite:<key>``,
-    ``none``, ``none:<delegate>`` (a delegate without the backend).
+    ``composite-out:<sibling>``, ``none``, ``none:<delegate>`` (a delegate
+    without the backend).
     """
     from torchgen.model import DispatchKey
 
@@ -255,6 +276,7 @@ def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
     own = indices[DispatchKey.parse(backend)].index
     composites = [(k, indices[DispatchKey.parse(k)].index) for k in _COMPOSITE_KEYS]
     table: dict[str, str] = {}
+    siblings: dict[str, list[Any]] = {}
     for f in parsed.native_functions:
         name = f.func.name
         delegate = f.structured_delegate
@@ -268,6 +290,19 @@ def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
                 (f"composite:{k}" for k, idx in composites if name in idx), "none"
             )
         table[str(name)] = code
+        if f.func.is_out_fn() or name.name.inplace:
+            siblings.setdefault(str(name.name.base), []).append(name)
+    explicit = "composite:CompositeExplicitAutograd"
+    # a runtime consequence, not a registration: only for the MPS prediction
+    # (the CPU table must match the CPU dispatcher's registrations)
+    for f in parsed.native_functions if backend == "MPS" else ():
+        name = f.func.name
+        if table[str(name)] != explicit or f.func.is_out_fn() or name.name.inplace:
+            continue
+        for sibling in siblings.get(str(name.name.base), ()):
+            if table[str(sibling)].startswith("none"):
+                table[str(name)] = f"composite-out:{sibling}"
+                break
     return table
 
 
@@ -279,6 +314,11 @@ def _outcome_of(code: str) -> tuple[str, str]:
         return MPS_KERNEL, f"structured_delegate {detail} has an MPS kernel"
     if kind == "composite":
         return COMPOSITE, f"{detail} kernel in native_functions.yaml"
+    if kind == "composite-out":
+        return FALLBACK, (
+            f"its CompositeExplicitAutograd kernel calls {detail}, which has no "
+            "MPS kernel"
+        )
     if detail:
         return FALLBACK, f"structured_delegate {detail} has no MPS kernel"
     return FALLBACK, "no MPS, structured or composite kernel in native_functions.yaml"
@@ -324,17 +364,37 @@ class OpTable:
         if name.endswith(".default"):
             name = name[: -len(".default")]
         full = f"{namespace}::{name}"
+        mps = self.backend == "MPS"
         if namespace != "aten" or name not in self.codes:
             if namespace in IGNORED_NAMESPACES:
                 return Prediction(full, COMPOSITE, "bookkeeping op, runs no kernel")
-            return Prediction(full, UNKNOWN, "not in aten's native_functions.yaml")
-        mps = self.backend == "MPS"
+            registered = _registered_outcome(full) if mps else None
+            if registered is not None:
+                return registered
+            return Prediction(
+                full, UNKNOWN, "not in aten's native_functions.yaml", "", LIKELY
+            )
         for fix in CORRECTIONS if mps else ():
             if fix.op == name and fix.applies_to(self.version):
-                return Prediction(full, fix.outcome, f"correction: {fix.source}")
-        outcome, rule = _outcome_of(self.codes[name])
-        if mps and outcome == FALLBACK and name.startswith(ROUTED_PREFIXES):
-            return Prediction(full, ROUTED, "device-specific kernel; " + rule)
+                return Prediction(
+                    full, fix.outcome, f"correction: {fix.why}", fix.source
+                )
+        code = self.codes[name]
+        outcome, rule = _outcome_of(code)
+        if mps and outcome == FALLBACK:
+            if name.startswith(ROUTED_PREFIXES):
+                return Prediction(full, ROUTED, "device-specific kernel; " + rule)
+            # a structured op whose delegate got an MPS kernel from Python
+            target = code.partition(":")[2] if code.startswith("none:") else name
+            if _python_mps_kernel(f"aten::{target}"):
+                return Prediction(
+                    full,
+                    MPS_KERNEL,
+                    f"MPS kernel for {target} registered from Python",
+                    "dispatcher (torch.library registration)",
+                )
+            if code.startswith("composite-out:"):
+                return Prediction(full, outcome, rule, certainty=LIKELY)
         return Prediction(full, outcome, rule)
 
     def counts(self) -> dict[str, int]:
@@ -344,6 +404,38 @@ class OpTable:
             outcome = self.predict(name).outcome
             result[outcome] = result.get(outcome, 0) + 1
         return result
+
+
+def _python_mps_kernel(op: str) -> bool:
+    """True when the dispatcher holds an MPS kernel for ``op`` off a Mac.
+
+    A CPU-only build compiles no MPS kernels, so any it holds were registered
+    from Python (``torch.library.Library("aten", "IMPL", "MPS")``). On a Mac
+    every MPS kernel is there; the yaml said none, so it is also right.
+    """
+    from pytest_mps import backend as shim
+
+    try:
+        return shim.has_kernel(op.removesuffix(".default"), "MPS")
+    except RuntimeError:  # an op of the yaml this build does not register
+        return False
+
+
+def _registered_outcome(op: str) -> Prediction | None:
+    """What the dispatcher says of an op outside aten's yaml (``torch.library``)."""
+    from pytest_mps import backend as shim
+
+    name = op.removesuffix(".default")
+    source = "dispatcher (torch.library registration)"
+    try:
+        if shim.has_kernel(name, "MPS"):
+            return Prediction(op, MPS_KERNEL, "MPS kernel registered", source)
+        for key in (*_COMPOSITE_KEYS, "CompositeImplicitAutogradNestedTensor"):
+            if shim.has_kernel(name, key):
+                return Prediction(op, COMPOSITE, f"{key} kernel registered", source)
+    except RuntimeError:
+        return None
+    return None
 
 
 def _read_cache(path: Path) -> dict[str, str] | None:

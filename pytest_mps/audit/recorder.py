@@ -7,6 +7,8 @@ checks so both features judge alike.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -20,21 +22,37 @@ def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
     return fallback.is_allowed(op, allowed)
 
 
-@lru_cache(maxsize=1)
-def _unsupported_dtypes() -> dict[Any, str]:
-    """Every torch dtype MPS cannot hold, with PyTorch's error for it."""
+@lru_cache(maxsize=4)
+def _unsupported_dtypes(macos: tuple[int, int]) -> dict[Any, str]:
+    """Every torch dtype MPS cannot hold on ``macos``, with PyTorch's error."""
     import torch
 
-    return {
+    from pytest_mps.audit.rules import MACOS_14_DTYPES
+
+    found = {
         dtype: message
         for dtype in vars(torch).values()
         if isinstance(dtype, torch.dtype)
         and (message := mps_ops.dtype_problem(dtype)) is not None
     }
+    if macos < (14, 0):
+        for dtype in vars(torch).values():
+            if isinstance(dtype, torch.dtype) and str(dtype) in MACOS_14_DTYPES:
+                found[dtype] = MACOS_14_DTYPES[str(dtype)]
+    return found
+
+
+_ROW_OUTCOMES = (mps_ops.FALLBACK, mps_ops.FORCED_FALLBACK, mps_ops.UNKNOWN)
 
 
 class Recorder:
-    """The per-test op callback: counts findings and where they first happened."""
+    """The per-test op callback: counts findings and where they first happened.
+
+    Per op call, in order: an argument rule of :mod:`.rules` if the op has one,
+    else the op table's prediction; then PyTorch's MPS test lists for the
+    call's (op, dtype, categorical arguments) key; then the dtypes of its
+    tensors (a 0-dim float64 tensor is a scalar MPS ops take from the CPU).
+    """
 
     def __init__(
         self,
@@ -42,9 +60,12 @@ class Recorder:
         keep_ops: bool,
         count_cpu: bool = True,
         mixed: bool = False,
+        expected: Mapping[str, Any] | None = None,
+        macos: tuple[int, int] = (99, 0),
     ) -> None:
         import torch
 
+        from pytest_mps.audit.rules import ARGUMENT_RULES
         from pytest_mps.watch.findings import TestFindings
         from pytest_mps.watch.host_sync import sync_checks
         from pytest_mps.watch.mixed_devices import DeviceGuard
@@ -56,12 +77,26 @@ class Recorder:
         self.devices = DeviceGuard(TestFindings()) if mixed else None
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
-        self.bad = _unsupported_dtypes()
+        self.bad = _unsupported_dtypes(macos)
+        self.rules = ARGUMENT_RULES
+        # PyTorch's MPS test lists, attributed to (op, dtype, ...) keys
+        self.expected: Mapping[str, Any] = expected or {}
+        self.expected_ops = frozenset(k.partition("|")[0] for k in self.expected)
         self.predictions: dict[Any, mps_ops.Prediction] = {}
         self.findings: dict[tuple[str, str], dict[str, Any]] = {}
         self.ops: set[str] | None = set() if keep_ops else None
 
-    def _note(self, kind: str, name: str, outcome: str, why: str, op: str) -> None:
+    def _note(
+        self,
+        kind: str,
+        name: str,
+        outcome: str,
+        why: str,
+        op: str,
+        source: str = "",
+        certainty: str = mps_ops.CERTAIN,
+        rule: str = "",
+    ) -> None:
         found = self.findings.get((kind, name))
         if found is not None:
             found["count"] += 1
@@ -74,15 +109,29 @@ class Recorder:
             "outcome": outcome,
             "why": why,
             "op": op,
+            "rule": rule or kind,
+            "source": source,
+            "certainty": certainty,
             "count": 1,
             "first": user_location(),
         }
 
-    def _check_dtype(self, value: Any, op: str) -> None:
-        dtype = value.dtype if isinstance(value, self.tensor) else value
+    def _check_dtype(self, value: Any, op: str, scalar: bool) -> None:
+        if isinstance(value, self.tensor):
+            dtype = value.dtype
+            scalar = value.dim() == 0
+        else:
+            dtype = value
         message = self.bad.get(dtype)
-        if message is not None:
-            self._note("dtype", str(dtype), "unsupported dtype", message, op)
+        if message is None:
+            return
+        if scalar and dtype.is_floating_point | dtype.is_complex:
+            return  # a 0-dim scalar: MPS ops take it from the CPU
+        source = "OperationUtils.mm getMPSDataType / EmptyTensor.cpp"
+        rule = "dtype: macOS" if "MacOS 14" in message else "dtype"
+        self._note(
+            "dtype", str(dtype), "unsupported dtype", message, op, source, rule=rule
+        )
 
     def __call__(
         self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -94,32 +143,75 @@ class Recorder:
         op = prediction.op
         if self.ops is not None:
             self.ops.add(op)
-        if (
-            prediction.outcome in mps_ops.PROBLEMS
-            or prediction.outcome == mps_ops.UNKNOWN
-        ):
-            self._note("op", op, prediction.outcome, prediction.rule, op)
+        rule = self.rules.get(op)
+        verdict = rule(args, kwargs) if rule is not None else None
+        if verdict is not None:
+            self._note(
+                "op",
+                op,
+                verdict.outcome,
+                verdict.rule,
+                op,
+                verdict.source,
+                verdict.certainty,
+                "argument rule",
+            )
+        elif rule is None and prediction.outcome in _ROW_OUTCOMES:
+            self._note(
+                "op",
+                op,
+                prediction.outcome,
+                prediction.rule,
+                op,
+                prediction.source,
+                prediction.certainty,
+                "op table",
+            )
+        if op in self.expected_ops:
+            from pytest_mps.audit.rules import op_key
+
+            evidence = self.expected.get(op_key(op, args, kwargs, self.tensor))
+            if evidence is not None:
+                self._note(
+                    "op-dtype",
+                    op,
+                    mps_ops.EXPECTED_FAIL,
+                    f"at {evidence.dtype}: {evidence.describe()}",
+                    op,
+                    evidence.source,
+                    mps_ops.CERTAIN,
+                    "PyTorch's MPS test lists",
+                )
         check = self.syncs.get(func)
         if check is not None:
             reason = check(args, kwargs, self.count_cpu)
-            if reason is not None:
+            if reason is not None and not _optimizer_counter(op):
                 self._note("host-sync", op, "host sync", reason, op)
         if self.devices is not None:
             self.devices(func, args, kwargs)
         tensor, dtype = self.tensor, self.dtype
+        scalar: bool | None = None
         for value in (*args, *kwargs.values()):
-            if isinstance(value, (tensor, dtype)):
-                self._check_dtype(value, op)
+            if isinstance(value, tensor):
+                self._check_dtype(value, op, False)
+            elif isinstance(value, dtype):
+                if scalar is None:
+                    from pytest_mps.audit.rules import makes_scalar
+
+                    scalar = makes_scalar(args, tensor)
+                self._check_dtype(value, op, scalar)
             elif isinstance(value, (list, tuple)):
                 for inner in value:
                     if isinstance(inner, tensor):
-                        self._check_dtype(inner, op)
+                        self._check_dtype(inner, op, False)
 
     def results(self, allowed: frozenset[str] | None) -> list[dict[str, Any]]:
         """The findings, each marked allowed or not, problems first."""
         rows = []
         for row in self.findings.values():
-            allow = row["kind"] == "op" and _is_allowed(row["name"], allowed)
+            allow = row["kind"] in ("op", "op-dtype") and _is_allowed(
+                row["name"], allowed
+            )
             rows.append({**row, "allowed": allow})
         if self.devices is not None:
             for found in self.devices.findings.entries.values():
@@ -130,12 +222,42 @@ class Recorder:
                         "outcome": "mixed devices",
                         "why": found.detail,
                         "op": found.op,
+                        "rule": "mixed-devices",
+                        "source": "",
+                        "certainty": mps_ops.CERTAIN,
                         "count": found.count,
                         "first": found.location,
                         "allowed": False,
                     }
                 )
         return sorted(rows, key=lambda r: (not is_problem(r), r["kind"], r["name"]))
+
+
+_TORCH = f"{os.sep}torch{os.sep}"
+_OPTIM = f"{_TORCH}optim{os.sep}"
+_OURS = f"{os.sep}pytest_mps{os.sep}"
+
+
+def _optimizer_counter(op: str) -> bool:
+    """True when torch.optim reads back a ``step`` counter (``_get_value``).
+
+    Non-fused, non-capturable optimizers keep ``step`` on the CPU on every
+    device (torch/optim/optimizer.py), so the read is a host read on MPS too,
+    not a GPU sync; a CPU run cannot tell it from ``loss.item()`` otherwise.
+    """
+    if op != "aten::_local_scalar_dense":
+        return False
+    frame: Any = sys._getframe(1)
+    # up through pytest-mps's watch mode and torch's dispatch frames to the
+    # first frame of torch.optim, or to the user's code
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _OPTIM in name:
+            return True
+        if _TORCH not in name and _OURS not in name:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def is_problem(row: Mapping[str, Any]) -> bool:

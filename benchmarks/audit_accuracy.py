@@ -1,0 +1,494 @@
+"""How far ``--mps-audit`` agrees with PyTorch's own MPS expectations, op by dtype.
+
+Measured the user's way: one generated test per (OpInfo of torch's ``op_db``,
+dtype), run by ``pytest --mps-audit=error`` in a subprocess. Each test's
+inputs (the OpInfo's first sample input for that dtype, made as PyTorch's MPS
+tests make it, ``sample_inputs("mps", ...)``, but with CPU tensors; some
+sample functions pass ``dtype=torch.float64`` on the CPU and bfloat16 on MPS;
+``--cpu-samples`` takes the CPU ones) are made by a fixture, outside the
+watched call; the test calls the op once. A test
+that fails with the audit's message is the audit saying "MPS lacks this (op,
+dtype)"; a test that passes is the audit saying it runs.
+
+PyTorch's word, for the same torch, comes from the installed wheel:
+
+- ``torch/testing/_internal/common_mps.py``: the per-OpInfo lists that
+  PyTorch's own MPS tests use. ``UNIMPLEMENTED_XFAILLIST`` and
+  ``ON_MPS_XFAILLIST`` entries are "MPS lacks it"; ``SKIPLIST`` entries are
+  left out (PyTorch does not say); everything else, ``UNDEFINED_XFAILLIST``
+  (runs, results differ from the CPU) included, is "runs".
+- ``op_db``: a dtype the OpInfo supports on the CPU but leaves out of its MPS
+  dtypes (``dtypesIfMPS``) is "MPS lacks it".
+
+The harness reads common_mps.py on its own (ast, values evaluated), not with
+pytest-mps's reader, so a bug there does not hide here. Only (OpInfo, dtype)
+pairs whose dtype the OpInfo supports on the CPU are run; pairs whose sample
+raises on the CPU are left out and counted. It prints precision and recall per
+dtype and overall, then every disagreement with its reason.
+
+Needs the packages ``op_db`` imports (numpy, expecttest). Usage::
+
+    python benchmarks/audit_accuracy.py [--dtypes float32,int64] [--match SUBSTR]
+        [--sample N] [--cpu-samples] [--yaml-only] [--workers N] [--json PATH]
+        [--keep DIR]
+
+``--yaml-only`` hides common_mps.py from the audit (``PYTEST_MPS_COMMON_MPS``)
+to measure the op table and rules alone: the OpInfo map is traced from these
+very samples, so the full figure is partly the lists agreeing with themselves.
+
+torch 2.13.0 (CPU), 2560 scored cases (31 left out), precision / recall:
+before (eae862b) 0.902 / 0.631 (TP 101, FP 11, FN 59); yaml and rules alone
+0.964 / 0.825 (132, 5, 28); with PyTorch's lists 0.966 / 0.900 (144, 5, 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
+LACKS = ("UNIMPLEMENTED_XFAILLIST", "ON_MPS_XFAILLIST")
+LEFT_OUT = ("SKIPLIST",)
+RUNS_BUT_DIFFERS = ("UNDEFINED_XFAILLIST", "EMPTY_OPS_SKIPLIST")
+AUDIT_FAILURE = "--mps-audit=error"
+
+CONFTEST = """
+import json
+import os
+
+import pytest
+
+_OUT = os.environ["AUDIT_ACCURACY_RESULTS"]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call" or report.outcome != "passed":
+        message = ""
+        if report.failed:
+            message = str(getattr(report.longrepr, "reprcrash", None)
+                          and report.longrepr.reprcrash.message
+                          or report.longrepr)
+        with open(_OUT, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({
+                "case": item.callspec.id,
+                "when": report.when,
+                "outcome": report.outcome,
+                "message": message[:2000],
+            }) + "\\n")
+    return report
+"""
+
+TEST_MODULE = '''
+import json
+import os
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.testing._internal.common_methods_invocations import op_db
+
+OPS = {f"{op.name}|{op.variant_test_name}": op for op in op_db}
+CASES = json.loads(open(os.environ["AUDIT_ACCURACY_CASES"]).read())
+SAMPLE = int(os.environ["AUDIT_ACCURACY_SAMPLE"])
+DEVICE = os.environ["AUDIT_ACCURACY_DEVICE"]
+
+
+def _to_cpu(value):
+    """An "mps" device (str or torch.device) in a sample becomes "cpu"."""
+    if isinstance(value, torch.device) and value.type == "mps":
+        return torch.device("cpu")
+    if isinstance(value, str) and value.split(":")[0] == "mps":
+        return "cpu"
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value
+
+
+class OnCpu(TorchFunctionMode):
+    """Tensors asked for on "mps" are made on the CPU, so a sample function
+    that checks ``torch.device(device).type == "mps"`` yields what PyTorch's
+    MPS tests get (no float64 arguments, ...), with CPU tensors."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.device:  # the sample function asks which device it is for
+            return func(*args, **(kwargs or {}))
+        return func(*_to_cpu(args), **_to_cpu(kwargs or {}))
+
+
+@pytest.fixture
+def case(request):
+    """The OpInfo and its sample input, made here: outside the watched call."""
+    key, dtype = request.param.rsplit("|", 1)
+    op = OPS[key]
+    torch.manual_seed(0)
+    with OnCpu():
+        samples = iter(op.sample_inputs(DEVICE, getattr(torch, dtype)))
+        for _ in range(SAMPLE + 1):
+            sample = next(samples)
+    return op, _to_cpu(sample.input), _to_cpu(sample.args), _to_cpu(sample.kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASES, indirect=True)
+def test_op(case):
+    op, first, args, kwargs = case
+    op(first, *args, **kwargs)
+'''
+
+
+# -- PyTorch's word ----------------------------------------------------------------
+
+
+def _literal(node: ast.AST) -> Any:
+    """A list literal of ``torch.<dtype>`` names, None, or a dict/set of those."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.attr
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Set):
+        return {_literal(e) for e in node.elts}
+    if isinstance(node, ast.Dict):
+        return {
+            _literal(k): _literal(v)
+            for k, v in zip(node.keys, node.values, strict=True)
+        }
+    raise ValueError(f"unexpected node {ast.dump(node)[:80]}")
+
+
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}
+
+
+def read_common_mps(path: Path) -> dict[str, dict[str, Any]]:
+    """``mps_ops_modifier``'s dicts: list name -> {OpInfo key: dtype names | None}."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lists: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "mps_ops_modifier":
+            for stmt in node.body:
+                target = value = None
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    target, value = stmt.targets[0], stmt.value
+                elif isinstance(stmt, ast.AnnAssign):
+                    target, value = stmt.target, stmt.value
+                if isinstance(target, ast.Name) and isinstance(value, ast.Dict):
+                    raw = _literal(value)
+                    lists[target.id] = {
+                        k: None if v is None else [_DTYPE_ALIASES.get(d, d) for d in v]
+                        for k, v in raw.items()
+                    }
+            break
+    if not lists:
+        raise SystemExit(f"{path}: no mps_ops_modifier lists found")
+    return lists
+
+
+def _listed(entry: dict[str, Any], key: str, dtype: str) -> bool:
+    return key in entry and (entry[key] is None or dtype in entry[key])
+
+
+def truth_for(
+    lists: dict[str, dict[str, Any]], key: str, dtype: str, mps_dtypes: set[str]
+) -> tuple[bool | None, str]:
+    """(True: MPS lacks it, False: runs, None: PyTorch does not say), the reason."""
+    for name in LEFT_OUT:
+        if _listed(lists.get(name, {}), key, dtype):
+            return None, name
+    for name in LACKS:
+        if _listed(lists.get(name, {}), key, dtype):
+            return True, name
+    if dtype not in mps_dtypes:
+        return True, "dtypesIfMPS leaves it out"
+    for name in RUNS_BUT_DIFFERS:
+        if _listed(lists.get(name, {}), key, dtype):
+            return False, f"{name} (runs; results may differ)"
+    return False, "not listed"
+
+
+# -- running the audit the user's way -------------------------------------------------
+
+
+def plan(
+    dtypes: tuple[str, ...], match: str | None
+) -> tuple[list[str], dict[str, Any]]:
+    """The cases to run and, per case, PyTorch's MPS dtypes for its OpInfo."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    cases: list[str] = []
+    info: dict[str, Any] = {}
+    skipped = Counter()
+    for op in op_db:
+        key = f"{op.name}|{op.variant_test_name}"
+        if match and match not in op.name + op.variant_test_name:
+            continue
+        cpu = {str(d).removeprefix("torch.") for d in op.supported_dtypes("cpu")}
+        mps = {str(d).removeprefix("torch.") for d in op.supported_dtypes("mps")}
+        for dtype in dtypes:
+            if dtype not in cpu:
+                skipped["not supported on the CPU"] += 1
+                continue
+            case = f"{key}|{dtype}"
+            cases.append(case)
+            info[case] = {
+                "key": op.name + op.variant_test_name,
+                "dtype": dtype,
+                "mps": sorted(mps),
+            }
+    del torch
+    return cases, {"cases": info, "skipped": dict(skipped)}
+
+
+def run_suite(
+    cases: list[str],
+    folder: Path,
+    sample: int,
+    workers: int,
+    device: str,
+    yaml_only: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
+    (folder / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+    (folder / "test_opinfo.py").write_text(TEST_MODULE, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    cases_file = folder / "cases.json"
+    cases_file.write_text(json.dumps(cases), encoding="utf-8")
+    results = folder / "results.jsonl"
+    results.unlink(missing_ok=True)
+    report = folder / "report.json"
+    env = {
+        **os.environ,
+        "AUDIT_ACCURACY_RESULTS": str(results),
+        "AUDIT_ACCURACY_CASES": str(cases_file),
+        "AUDIT_ACCURACY_SAMPLE": str(sample),
+        "AUDIT_ACCURACY_DEVICE": device,
+    }
+    if yaml_only:  # pytest-mps's override of common_mps.py: a file that is not
+        env["PYTEST_MPS_COMMON_MPS"] = str(folder / "no-common_mps.py")
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--mps-audit=error",
+        "--mps-report",
+        str(report),
+        "--tb=no",
+        "--no-header",
+        "-W",
+        "ignore",
+    ]
+    if workers > 1:
+        command += ["-n", str(workers)]
+    print("$ " + " ".join(command), file=sys.stderr)
+    start = time.perf_counter()
+    log = (folder / "pytest.log").open("w", encoding="utf-8")
+    process = subprocess.Popen(
+        command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    shown = -1
+    while process.poll() is None:
+        time.sleep(2)
+        done = _count_lines(results)
+        if done != shown and (done - shown >= len(cases) // 20 or done == len(cases)):
+            shown = done
+            elapsed = time.perf_counter() - start
+            print(f"  {done}/{len(cases)} tests run, {elapsed:.0f} s", file=sys.stderr)
+    log.close()
+    seconds = time.perf_counter() - start
+    if not results.exists() or not report.exists():
+        tail = (folder / "pytest.log").read_text(encoding="utf-8")[-3000:]
+        raise SystemExit(
+            f"pytest produced no results (exit {process.returncode}):\n{tail}"
+        )
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line]
+    audit = json.loads(report.read_text(encoding="utf-8")).get("mps_audit", {})
+    return rows, audit, seconds
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as handle:
+            return sum(1 for _ in handle)
+    except OSError:
+        return 0
+
+
+# -- scoring ------------------------------------------------------------------------
+
+
+def _findings_by_case(audit: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for nodeid, rows in audit.get("tests", {}).items():
+        case = nodeid.partition("[")[2].removesuffix("]")
+        found[case] = rows
+    return found
+
+
+def _describe(rows: list[dict[str, Any]]) -> str:
+    parts = []
+    for row in rows:
+        if row.get("allowed") or row.get("kind") in ("host-sync", "mixed-devices"):
+            continue
+        rule = row.get("rule") or row.get("why", "")
+        how = f"{rule}; {row['certainty']}" if row.get("certainty") else rule
+        parts.append(f"{row['name']} {row['outcome']} [{how}]: {row['why'][:90]}")
+    return "; ".join(parts) or "no finding"
+
+
+def score(
+    cases: list[str],
+    info: dict[str, Any],
+    rows: list[dict[str, Any]],
+    audit: dict[str, Any],
+    lists: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    by_case: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["when"] == "call" or row["outcome"] != "passed":
+            by_case.setdefault(row["case"], row)
+    findings = _findings_by_case(audit)
+    table: dict[str, Counter[str]] = {}
+    disagreements: list[dict[str, Any]] = []
+    left_out: Counter[str] = Counter()
+    for case in cases:
+        meta = info["cases"][case]
+        dtype = meta["dtype"]
+        counts = table.setdefault(dtype, Counter())
+        row = by_case.get(case)
+        if row is None:
+            left_out["not run"] += 1
+            continue
+        if row["when"] != "call":
+            left_out[f"sample input fails on the CPU ({row['when']})"] += 1
+            continue
+        message = row["message"].removeprefix("Failed: ")
+        flagged = row["outcome"] == "failed" and message.startswith(AUDIT_FAILURE)
+        if row["outcome"] == "failed" and not flagged:
+            left_out["op raises on the CPU"] += 1
+            continue
+        truth, why = truth_for(lists, meta["key"], dtype, set(meta["mps"]))
+        if truth is None:
+            left_out[f"PyTorch does not say ({why})"] += 1
+            continue
+        verdict = {
+            (True, True): "tp",
+            (False, True): "fp",
+            (True, False): "fn",
+            (False, False): "tn",
+        }[(truth, flagged)]
+        counts[verdict] += 1
+        if verdict in ("fp", "fn"):
+            disagreements.append(
+                {
+                    "case": case,
+                    "kind": verdict,
+                    "pytorch": why,
+                    "audit": _describe(findings.get(case, [])),
+                }
+            )
+    return {"table": table, "disagreements": disagreements, "left_out": left_out}
+
+
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.3f}" if b else "  -  "
+
+
+def print_table(table: dict[str, Counter[str]]) -> None:
+    print(f"{'dtype':<10} {'TP':>5} {'FP':>5} {'FN':>5} {'TN':>6}  precision  recall")
+    total: Counter[str] = Counter()
+    for dtype, c in table.items():
+        total.update(c)
+        print(
+            f"{dtype:<10} {c['tp']:>5} {c['fp']:>5} {c['fn']:>5} {c['tn']:>6}  "
+            f"{_ratio(c['tp'], c['tp'] + c['fp']):>9}  "
+            f"{_ratio(c['tp'], c['tp'] + c['fn']):>6}"
+        )
+    c = total
+    print(
+        f"{'overall':<10} {c['tp']:>5} {c['fp']:>5} {c['fn']:>5} {c['tn']:>6}  "
+        f"{_ratio(c['tp'], c['tp'] + c['fp']):>9}  "
+        f"{_ratio(c['tp'], c['tp'] + c['fn']):>6}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--match", help="only OpInfos whose name+variant has this")
+    parser.add_argument("--sample", type=int, default=0, help="which sample input")
+    parser.add_argument(
+        "--cpu-samples",
+        action="store_true",
+        help="sample inputs as the CPU tests get them (float64 dtype= arguments, "
+        "...), not as PyTorch's MPS tests get them",
+    )
+    parser.add_argument(
+        "--yaml-only",
+        action="store_true",
+        help="the audit without PyTorch's MPS test lists (yaml and rules alone)",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers")
+    parser.add_argument("--json", type=Path, help="write cases and results here")
+    parser.add_argument("--keep", type=Path, help="generate and run the suite here")
+    args = parser.parse_args()
+    dtypes = tuple(d for d in args.dtypes.split(",") if d)
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise SystemExit(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
+
+    import torch
+    import torch.testing._internal as internal
+
+    common_mps = Path(internal.__file__).parent / "common_mps.py"
+    lists = read_common_mps(common_mps)
+    print(f"torch {torch.__version__}; PyTorch's lists from {common_mps}")
+    device = "cpu" if args.cpu_samples else "mps"
+    cases, info = plan(dtypes, args.match)
+    print(f"{len(cases)} (OpInfo, dtype) cases over {', '.join(dtypes)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows, audit, seconds = run_suite(
+            cases, folder, args.sample, args.workers, device, args.yaml_only
+        )
+    result = score(cases, info, rows, audit, lists)
+    note = audit.get("pytorch_lists", {}).get("note") or "PyTorch's lists used"
+    print(f"\npytest --mps-audit=error over {len(cases)} tests: {seconds:.0f} s")
+    print(f"audit: {note}")
+    print_table(result["table"])
+    print("\nleft out:")
+    for why, count in sorted(result["left_out"].items()):
+        print(f"  {count:>5}  {why}")
+    print(f"\n{len(result['disagreements'])} disagreements (case: PyTorch | audit):")
+    for row in sorted(result["disagreements"], key=lambda r: (r["kind"], r["case"])):
+        label = "missed" if row["kind"] == "fn" else "false alarm"
+        print(f"  {label:<11} {row['case']}: {row['pytorch']} | {row['audit']}")
+    if args.json:
+        payload = {
+            "torch": torch.__version__,
+            "table": {k: dict(v) for k, v in result["table"].items()},
+            "left_out": dict(result["left_out"]),
+            "disagreements": result["disagreements"],
+            "findings": _findings_by_case(audit),
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Argument- and dtype-dependent verdicts: what the op table alone cannot tell.
+
+An op with an MPS kernel can still refuse some arguments on MPS; a dtype can
+be fine for one op and not for another; a float64 tensor matters only if it
+would live on MPS. Each rule here names the PyTorch source it rests on and
+is ``likely``: it is inferred, not read from a PyTorch table.
+
+:func:`op_key` is the ``(op, dtype, categorical arguments)`` key shared with
+:mod:`.opinfo_trace`, under which PyTorch's MPS test lists are attributed to
+aten ops (:mod:`.expectations`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytest_mps.audit.ops import FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What one rule says of one op call."""
+
+    outcome: str
+    rule: str
+    source: str
+    certainty: str = LIKELY
+
+
+def op_key(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], tensor: type
+) -> str:
+    """``"aten::scatter_reduce.two|int64|prod"``: op, dtype, categorical arguments.
+
+    The dtype is the first tensor argument's (``self`` for most ops), else the
+    ``dtype=`` argument (factories), else ``-``. Categorical arguments are the
+    bool and str ones (``reduce="prod"``, ``hermitian=True``), which switch
+    kernels on and off.
+    """
+    dtype = _first_dtype(args, tensor)
+    if dtype is None:
+        value = kwargs.get("dtype")
+        dtype = str(value).removeprefix("torch.") if value is not None else "-"
+    parts = [str(a) for a in args if isinstance(a, (bool, str))]
+    parts += [f"{k}={v}" for k, v in kwargs.items() if isinstance(v, (bool, str))]
+    key = f"{name}|{dtype}"
+    return f"{key}|{','.join(parts)}" if parts else key
+
+
+def _first_dtype(values: Sequence[Any], tensor: type) -> str | None:
+    for value in values:
+        if isinstance(value, tensor):
+            return str(getattr(value, "dtype")).removeprefix("torch.")  # noqa: B009
+        if isinstance(value, (list, tuple)):
+            found = _first_dtype(value, tensor)
+            if found is not None:
+                return found
+    return None
+
+
+# -- argument rules -------------------------------------------------------------------
+
+_POOL_SOURCE = (
+    "aten/src/ATen/native/mps/operations/AdaptivePooling.mm: 'Adaptive pool "
+    "MPS: input sizes must be divisible by output sizes' (pytorch#96056)"
+)
+
+
+def _adaptive_pool(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
+    tensor, size = args[0], args[1] if len(args) > 1 else kwargs.get("output_size")
+    if size is None:
+        return None
+    spatial = tuple(tensor.shape[-len(size) :])
+    for have, want in zip(spatial, size, strict=True):
+        want = have if want is None else int(want)
+        small, large = sorted((have, want))
+        if small and large % small:
+            return Verdict(
+                RAISES,
+                f"input size {spatial} is not divisible by output size "
+                f"{tuple(size)}: MPS refuses non-divisible adaptive pooling",
+                _POOL_SOURCE,
+            )
+    return None
+
+
+def _svd(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict:
+    # svdvals passes compute_uv=False, but not under a dispatch mode (it then
+    # counts as a tensor subclass and asks for U and V too), so the audit sees
+    # svd and svdvals alike: the likelier reading wins, the other is said.
+    compute_uv = args[2] if len(args) > 2 else kwargs.get("compute_uv", True)
+    if not compute_uv:
+        return Verdict(
+            FALLBACK,
+            "singular values only (svdvals, matrix_rank, cond, nuclear norm) "
+            "call _linalg_svd directly, which has no MPS kernel",
+            "native_functions.yaml (_linalg_svd.U: CPU, CUDA) and MPSFallback.mm",
+        )
+    return Verdict(
+        FORCED_FALLBACK,
+        "through svd/linalg.svd: MPS runs linalg_svd on the CPU without "
+        "PYTORCH_ENABLE_MPS_FALLBACK (works, slowly); through svdvals, "
+        "matrix_rank, cond or a nuclear norm it would raise instead",
+        "MPSFallback.mm registers mps_fallback for linalg_svd",
+    )
+
+
+_CONV_SOURCE = "torch/testing/_internal/common_mps.py UNIMPLEMENTED_XFAILLIST"
+
+
+def _convolution(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
+    tensor = args[0]
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return Verdict(
+            RAISES,
+            f"convolution of {dtype}: integral types are not supported on MPS",
+            f"{_CONV_SOURCE} nn.functional.conv1d/conv2d/conv_transpose*: [int64]",
+        )
+    transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
+    dims = tensor.dim() - 2
+    if transposed and (
+        (dtype == "bfloat16" and dims in (2, 3)) or (dtype == "float16" and dims == 3)
+    ):
+        return Verdict(
+            RAISES,
+            f"conv_transpose{dims}d of {dtype} fails on MPS",
+            f"{_CONV_SOURCE} nn.functional.conv_transpose{dims}d",
+        )
+    return None
+
+
+#: aten op name -> rule deciding it from its arguments (None: leave it to the
+#: op table). Their ops are never blamed from PyTorch's lists: whether they fail
+#: depends on the arguments.
+ARGUMENT_RULES: dict[
+    str, Callable[[Sequence[Any], Mapping[str, Any]], Verdict | None]
+] = {
+    "aten::_adaptive_avg_pool2d": _adaptive_pool,
+    "aten::_linalg_svd": _svd,
+    "aten::convolution": _convolution,
+}
+
+
+# -- dtypes ----------------------------------------------------------------------------
+
+#: OperationUtils.mm getMPSDataType: checkSupportsBFloat16 / checkSupportsComplex.
+MACOS_14_DTYPES = {
+    "torch.bfloat16": "MPS bfloat16 type is supported on MacOS 14.0 or newer.",
+    "torch.complex64": "MPS complex types are only supported on MacOS 14.0 or newer.",
+    "torch.complex32": "MPS complex types are only supported on MacOS 14.0 or newer.",
+}
+
+
+def makes_scalar(args: Sequence[Any], tensor: type) -> bool:
+    """True when an op call is a factory making a 0-dim tensor (size ``[]``).
+
+    PyTorch's own code makes such float64 scalars for tolerances
+    (``pinverse``'s ``rcond`` is ``full([], 1e-15, dtype=float64)`` on the
+    CPU) and MPS ops take 0-dim CPU tensors as scalars, so they need not live
+    on MPS. A conversion of a tensor (``x.double()``) is never one: its result
+    lives where ``x`` does.
+    """
+    if any(isinstance(a, tensor) for a in args):
+        return False
+    sizes = [a for a in args if isinstance(a, (list, tuple))]
+    return bool(sizes) and all(len(s) == 0 for s in sizes)

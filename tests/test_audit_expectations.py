@@ -1,0 +1,299 @@
+"""PyTorch's MPS test lists as a source, the new rules, bad input, --mps-audit-macos."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+# Loaded here, not first inside an in-process run (see tests/test_audit.py).
+import torch._dynamo  # noqa: F401
+import torchgen.gen  # noqa: F401
+
+from pytest_mps.audit import expectations
+
+# -- reading common_mps.py --------------------------------------------------------
+
+
+def test_the_installed_common_mps_is_read_without_importing_it() -> None:
+    lists = expectations.read_lists(expectations.common_mps_path())
+    unimplemented = lists.lists["UNIMPLEMENTED_XFAILLIST"]
+    assert unimplemented["put"] is None
+    assert "int64" in unimplemented["nn.functional.conv2d"]
+    assert lists.comment(
+        "UNIMPLEMENTED_XFAILLIST", "nn.functional.adaptive_avg_pool2d"
+    ) == ("MPS: input sizes must be divisible by output sizes")
+    assert "svd" in lists.complex_ok
+
+
+def test_a_common_mps_of_another_shape_is_a_source_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    broken = tmp_path / "common_mps.py"
+    broken.write_text("def something_else():\n    pass\n")
+    with pytest.raises(expectations.SourceError, match="no mps_ops_modifier"):
+        expectations.read_lists(broken)
+    broken.write_text("def mps_ops_modifier(:\n")
+    with pytest.raises(expectations.SourceError, match=str(broken)):
+        expectations.read_lists(broken)
+
+
+LISTS = """
+def mps_ops_modifier(ops):
+    UNIMPLEMENTED_XFAILLIST = {
+        # no kernel at all
+        "put": None,
+        # integral convolution
+        "conv2d": [torch.int64],
+    }
+    ON_MPS_XFAILLIST = {}
+    MACOS_BEFORE_14_4_XFAILLIST = {"hfft2": [torch.float32]}
+"""
+
+TRACES = {
+    "opinfos": {
+        "put": {
+            "mps_dtypes": ["float32"],
+            "ops": {"float32": ["aten::clone|float32", "aten::put|float32"]},
+            "errors": {},
+        },
+        "clone": {
+            "mps_dtypes": ["float32"],
+            "ops": {"float32": ["aten::clone|float32"]},
+            "errors": {},
+        },
+        "conv2d": {
+            "mps_dtypes": ["float32", "int64"],
+            "ops": {
+                "float32": ["aten::convolution|float32"],
+                "int64": ["aten::convolution|int64"],
+            },
+            "errors": {},
+        },
+        "hfft2": {
+            "mps_dtypes": ["float32"],
+            "ops": {"float32": ["aten::_fft_r2c|float32"]},
+            "errors": {},
+        },
+        "index_reduce": {
+            "mps_dtypes": ["float32"],
+            "ops": {"int64": ["aten::index_reduce|int64|prod"]},
+            "errors": {},
+        },
+    }
+}
+
+
+@pytest.fixture
+def small_lists(tmp_path: Path) -> expectations.MpsLists:
+    path = tmp_path / "common_mps.py"
+    path.write_text(LISTS)
+    return expectations.read_lists(path)
+
+
+def test_a_failure_is_blamed_on_the_ops_no_working_opinfo_runs(
+    small_lists: expectations.MpsLists,
+) -> None:
+    found = expectations.attribute(TRACES, small_lists, (15, 0))
+    # clone also runs in the working OpInfo "clone": innocent
+    assert "aten::clone|float32" not in found.blamed
+    put = found.blamed["aten::put|float32"]
+    assert (put.opinfo, put.source) == ("put", "common_mps.py UNIMPLEMENTED_XFAILLIST")
+    assert put.comment == "no kernel at all"
+    assert found.blamed["aten::convolution|int64"].comment == "integral convolution"
+    assert "aten::convolution|float32" not in found.blamed
+    # a dtype op_db leaves out of dtypesIfMPS
+    reduce = found.blamed["aten::index_reduce|int64|prod"]
+    assert reduce.source == "op_db dtypesIfMPS leaves it out"
+    # the macOS-gated entry applies only before 14.4
+    assert "aten::_fft_r2c|float32" not in found.blamed
+    older = expectations.attribute(TRACES, small_lists, (14, 2))
+    assert older.blamed["aten::_fft_r2c|float32"].opinfo == "hfft2"
+
+
+def test_a_failure_another_rule_explains_blames_nothing_more(
+    small_lists: expectations.MpsLists,
+) -> None:
+    def explained(key: str) -> bool:
+        return key.startswith("aten::convolution|")
+
+    found = expectations.attribute(TRACES, small_lists, (15, 0), explained)
+    assert "aten::convolution|int64" not in found.blamed
+    assert "aten::put|float32" in found.blamed
+
+
+# -- in a user's suite --------------------------------------------------------------
+
+RULES_SUITE = """
+import torch
+import torch.nn.functional as F
+
+
+def test_pool_divisible():
+    F.adaptive_avg_pool2d(torch.randn(1, 2, 8, 8), (4, 4))
+
+
+def test_pool_not_divisible():
+    F.adaptive_avg_pool2d(torch.randn(1, 2, 8, 8), (3, 3))
+
+
+def test_int_conv():
+    F.conv2d(torch.ones(1, 1, 4, 4, dtype=torch.long),
+             torch.ones(1, 1, 3, 3, dtype=torch.long))
+
+
+def test_pinverse_tolerance_is_a_cpu_scalar():
+    torch.pinverse(torch.randn(4, 4))
+
+
+def test_double():
+    torch.randn(3).double()
+
+
+def test_lu_solve_has_a_python_mps_kernel():
+    A = torch.randn(3, 3) + 3 * torch.eye(3)
+    LU, pivots = torch.linalg.lu_factor(A)
+    torch.linalg.lu_solve(LU, pivots, torch.randn(3, 1))
+
+
+def test_bincount_int64():
+    torch.bincount(torch.tensor([0, 1, 1, 3]))
+"""
+
+
+def test_each_rule_says_what_decided_it_and_how_sure_it_is(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_rules=RULES_SUITE)
+    result = pytester.runpytest("--mps-audit=error", "--mps-report", "r.json")
+    result.assert_outcomes(passed=3, failed=4)
+    tests = json.loads((pytester.path / "r.json").read_text())["mps_audit"]["tests"]
+
+    def only(name: str) -> dict[str, str]:
+        found = [f for f in tests[f"test_rules.py::{name}"] if f["kind"] != "host-sync"]
+        assert len(found) == 1, found
+        return found[0]
+
+    pool = only("test_pool_not_divisible")
+    assert (pool["outcome"], pool["rule"], pool["certainty"]) == (
+        "raises",
+        "argument rule",
+        "likely",
+    )
+    assert "pytorch#96056" in pool["source"]
+    assert tests["test_rules.py::test_pool_divisible"] == []
+    conv = only("test_int_conv")
+    assert conv["name"] == "aten::convolution" and conv["outcome"] == "raises"
+    assert "common_mps.py" in conv["source"]
+    assert tests["test_rules.py::test_pinverse_tolerance_is_a_cpu_scalar"] == []
+    double = only("test_double")
+    assert (double["name"], double["rule"]) == ("torch.float64", "dtype")
+    lu_solve = tests["test_rules.py::test_lu_solve_has_a_python_mps_kernel"]
+    assert [f["kind"] for f in lu_solve] == ["host-sync"]  # lu_factor's check
+    bincount = only("test_bincount_int64")
+    assert (bincount["kind"], bincount["outcome"], bincount["certainty"]) == (
+        "op-dtype",
+        "expected to fail",
+        "certain",
+    )
+    assert bincount["rule"] == "PyTorch's MPS test lists"
+    assert "OpInfo 'bincount'" in bincount["why"]
+
+
+def test_a_missing_common_mps_is_one_line_and_the_yaml_still_decides(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "gone" / "common_mps.py"
+    monkeypatch.setenv("PYTEST_MPS_COMMON_MPS", str(missing))
+    pytester.makepyfile(test_rules=RULES_SUITE)
+    result = pytester.runpytest("--mps-audit=error", "-k", "double or bincount")
+    result.stdout.fnmatch_lines(
+        [
+            f"mps-audit: PyTorch's MPS test lists not used: {missing}: *No such "
+            "file or directory*; predicting from the yaml alone"
+        ]
+    )
+    # float64 still caught; bincount's int64 failure came only from the lists
+    result.assert_outcomes(passed=1, failed=1)
+
+
+def test_a_corrupt_opinfo_cache_is_traced_again_and_replaced_whole(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    path = expectations.traces_file(tmp_path, torch.__version__)
+    path.write_text('{"format": 2, "torch": "half a fi')
+    lines: list[str] = []
+    data, where = expectations.load_traces(tmp_path, torch.__version__, lines.append)
+    assert where == f"traced now; corrupt cache file {path} (JSONDecodeError), " + (
+        "traced again"
+    )
+    assert lines and "once per torch version" in lines[0]
+    assert json.loads(path.read_text()) == data
+    assert "put" in data["opinfos"]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left
+    again, where = expectations.load_traces(tmp_path, torch.__version__)
+    assert where == f"cache file {path}" and again == data
+
+
+# -- --mps-audit-macos --------------------------------------------------------------
+
+
+BF16 = """
+import torch
+
+def test_bf16():
+    torch.ones(3, dtype=torch.bfloat16) * 2
+"""
+
+
+def test_bfloat16_is_flagged_only_for_a_macos_before_14(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_bf16=BF16)
+    pytester.runpytest("--mps-audit=error").assert_outcomes(passed=1)
+    result = pytester.runpytest("--mps-audit=error", "--mps-audit-macos=13.5")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*; macOS 13.5",
+            "  torch.bfloat16 (in aten::*): MPS bfloat16 type is supported on MacOS "
+            "14.0 or newer. [[]dtype: macOS; certain; *]",
+        ]
+    )
+
+
+def test_the_ini_twin_sets_the_macos(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_audit = error\nmps_audit_macos = 13.0\n")
+    pytester.makepyfile(test_bf16=BF16)
+    pytester.runpytest().assert_outcomes(failed=1)
+    # the command line wins over the ini
+    pytester.runpytest("--mps-audit-macos=14.4").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("fourteen", "'fourteen' is not a macOS version (like 14.4 or 15)"),
+        ("14.x", "'14.x' is not a macOS version (like 14.4 or 15)"),
+        ("17", "'17' is not a macOS version (known: 12, 13, 14, 15, 26)"),
+        ("12.1", "'12.1': MPS needs macOS 12.3 or newer"),
+    ],
+)
+def test_a_bad_macos_version_is_a_one_line_error_naming_the_flag(
+    pytester: pytest.Pytester, value: str, message: str
+) -> None:
+    result = pytester.runpytest("--mps-audit", f"--mps-audit-macos={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*argument --mps-audit-macos: {message}"])
+
+
+def test_a_bad_ini_macos_names_the_ini_file(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_audit = report\nmps_audit_macos = sonoma\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*ini option mps_audit_macos in *tox.ini: 'sonoma' is not a macOS version*"]
+    )
