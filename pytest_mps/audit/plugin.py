@@ -137,7 +137,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=MACOS_HELP,
     )
     parser.addini("mps_audit", AUDIT_HELP, default="off")
-    parser.addini("mps_audit_macos", MACOS_HELP, default="newest")
+    parser.addini("mps_audit_macos", MACOS_HELP, default=None)
     parser.addini("mps_audit_check", AUDIT_CHECK_HELP, type="bool", default=False)
 
 
@@ -158,7 +158,7 @@ def _settings(config: pytest.Config) -> AuditSettings:
     if macos is None:
         where = f"ini option mps_audit_macos in {config.inipath}"
         try:
-            macos = parse_macos(str(config.getini("mps_audit_macos")), where)
+            macos = parse_macos(str(config.getini("mps_audit_macos") or ""), where)
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     return AuditSettings(level, bool(check), macos)
