@@ -402,3 +402,39 @@ def test_the_op_table_is_loaded_only_when_auditing(
         ["mps-audit: report; * from parsed in * ms; macOS newest"]
     )
     assert [p.name.startswith("mps-ops-") for p in cache.iterdir()] == [True]
+
+
+def test_the_audit_leaves_out_host_syncs_in_expected_functions(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(
+        """
+        [pytest]
+        mps_expected_host_syncs =
+            evaluation.py::mean_loss
+        """
+    )
+    pytester.makepyfile(
+        evaluation="""
+        def mean_loss(losses):
+            return losses.mean().item()  # one read-back per evaluation, by design
+
+        def sloppy(losses):
+            return losses.sum().item()
+        """,
+        test_loop="""
+        import torch
+        from evaluation import mean_loss, sloppy
+
+        def test_loop():
+            assert mean_loss(torch.ones(3)) == 1.0
+            sloppy(torch.ones(3))
+        """,
+    )
+    result = pytester.runpytest("--mps-audit", "--mps-report=r.json")
+    result.assert_outcomes(passed=1)
+    found = json.loads((pytester.path / "r.json").read_text())["mps_audit"]
+    syncs = [
+        r for r in found["tests"]["test_loop.py::test_loop"] if r["kind"] == "host-sync"
+    ]
+    assert [(r["count"], r["first"].rsplit(":", 1)[1]) for r in syncs] == [(1, "5")]

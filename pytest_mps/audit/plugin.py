@@ -284,6 +284,7 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Any:
         return None
     from pytest_mps.audit.recorder import Recorder
     from pytest_mps.devices import devices_key
+    from pytest_mps.watch.settings import expected_syncs_key
 
     callspec = getattr(item, "callspec", None)
     device = callspec.params.get("device") if callspec is not None else None
@@ -298,6 +299,7 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Any:
         mixed=any(d != "cpu" for d in session),
         expected=found.blamed if found is not None else None,
         macos=config.stash[settings_key].macos,
+        expected_syncs=config.stash.get(expected_syncs_key, ()),
     )
     item.stash[_recorder_key] = recorder
     return recorder

@@ -62,6 +62,7 @@ class Recorder:
         mixed: bool = False,
         expected: Mapping[str, Any] | None = None,
         macos: tuple[int, int] = (99, 0),
+        expected_syncs: tuple[tuple[str, str], ...] = (),
     ) -> None:
         import torch
 
@@ -74,6 +75,8 @@ class Recorder:
         # the watching modules' own checks, so both features judge alike
         self.syncs = sync_checks()
         self.count_cpu = count_cpu
+        # functions whose host reads are by design (mps_expected_host_syncs)
+        self.expected_syncs = expected_syncs
         self.devices = DeviceGuard(TestFindings()) if mixed else None
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
@@ -115,6 +118,16 @@ class Recorder:
             "count": 1,
             "first": user_location(),
         }
+
+    def _expected_sync(self, op: str) -> bool:
+        """True for a read-back by design: optimizer counters, listed functions."""
+        if _optimizer_counter(op):
+            return True
+        if not self.expected_syncs:
+            return False
+        from pytest_mps.watch.locations import in_functions, user_frame
+
+        return in_functions(user_frame(sys._getframe(2)), self.expected_syncs)
 
     def _check_dtype(self, value: Any, op: str, scalar: bool) -> None:
         if isinstance(value, self.tensor):
@@ -185,7 +198,7 @@ class Recorder:
         check = self.syncs.get(func)
         if check is not None:
             reason = check(args, kwargs, self.count_cpu)
-            if reason is not None and not _optimizer_counter(op):
+            if reason is not None and not self._expected_sync(op):
                 self._note("host-sync", op, "host sync", reason, op)
         if self.devices is not None:
             self.devices(func, args, kwargs)
