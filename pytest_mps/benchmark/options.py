@@ -161,6 +161,8 @@ def parse_device_list(value: str, where: str) -> tuple[str, ...]:
 
 def parse_compare_run(value: str, where: str) -> str:
     """Refuse a test path that argparse took as the optional RUN after the flag."""
+    if not value:
+        return value  # the bare flag: compare with the latest run
     path = Path(value)
     if path.suffix == ".py" or path.is_dir() or "::" in value:
         raise ValueError(
