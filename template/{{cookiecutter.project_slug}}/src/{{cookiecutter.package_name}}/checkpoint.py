@@ -7,13 +7,13 @@ mid-save leaves the previous checkpoint intact, never half a file.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .errors import CheckpointError
+from .files import atomic_file
 
 PROG = "{{ cookiecutter.project_slug }}"
 FORMAT = 1
@@ -27,16 +27,8 @@ def path_in(out_dir: str | Path) -> Path:
 def save(state: dict[str, Any], path: Path) -> None:
     """Write `state` to `path` so that `path` is always a whole checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        torch.save({"format": FORMAT, **state}, f)
 
 
 def load(path: Path, mmap: bool = False) -> dict[str, Any]:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import ConfigError
 
@@ -30,15 +33,26 @@ def ensure_writable(folder: str, setting: str) -> Path:
     return path
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` all at once: readers see the old or the new file."""
+@contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A file to write that replaces `path` whole when the block ends.
+
+    Readers see the old file or the new one, never half of it; if the block
+    fails, `path` is left as it was.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` all at once: readers see the old or the new file."""
+    with atomic_file(path) as f:
+        f.write(data)
