@@ -16,7 +16,7 @@ import torch
 # so it is imported here, before any run.
 import torch._dynamo  # noqa: F401
 
-from pytest_mps.parity import assert_device_parity
+from pytest_mps import assert_device_parity
 
 pytest_plugins = ["pytester"]
 
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pytest_mps.parity import assert_device_parity
+from pytest_mps import assert_device_parity
 
 
 class Block(nn.Module):
@@ -62,8 +62,8 @@ def run(
 ) -> pytest.RunResult:
     pytester.makepyfile(test_user=GPT_BLOCK + body)
     if subprocess:
-        return pytester.runpytest_subprocess("-s")
-    return pytester.runpytest("-s")
+        return pytester.runpytest_subprocess("-s", "-v")
+    return pytester.runpytest("-s", "-v")
 
 
 def lines(*patterns: str) -> list[str]:
@@ -470,3 +470,56 @@ def test_results_of_different_structure_on_the_two_sides_are_named() -> None:
         '  output["c"] only on the device (cpu)\n'
         '  output["b"] has shape (1,) on the reference (cpu), (2,) on the device (cpu)'
     )
+
+
+def test_device_parity_fixture_runs_on_the_tests_device_and_names_paths(
+    pytester: pytest.Pytester,
+) -> None:
+    result = run(
+        pytester,
+        """
+def test_block(device_parity, device):
+    torch.manual_seed(0)
+    block, x = Block(), torch.randn(2, 4, 32)
+    report = device_parity(block, x, steps=1)
+    assert report.target == str(device)
+    print(report)
+
+
+def test_device_is_the_tests_own(device_parity):
+    with pytest.raises(TypeError, match="device_parity: device is the test's"):
+        device_parity(Block(), torch.randn(2, 4, 32), device="cpu")
+""",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        lines(
+            "test_user.py::test_block[cpu] *1 optimizer step with SGD(lr=0.1)",
+            "cpu against cpu: 26 leaves",
+            "block.qkv.weight.grad * float32 * (96, 32) *",
+            "block.qkv.weight after 1 step * float32 * (96, 32) *",
+            "PASSED",
+        )
+    )
+
+
+def test_a_project_fixture_named_device_parity_is_the_projects(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(
+        """
+import pytest
+
+
+@pytest.fixture
+def device_parity():
+    return "the project's"
+"""
+    )
+    pytester.makepyfile(
+        """
+def test_own(device_parity):
+    assert device_parity == "the project's"
+"""
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
