@@ -41,7 +41,7 @@ from pytest_mps.parity_run import (
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ParityReport", "assert_device_parity"]
+__all__ = ["ParityError", "ParityReport", "assert_device_parity"]
 
 #: the failure message lists at most this many leaves out of tolerance
 _MAX_ROWS = 30
@@ -64,6 +64,14 @@ class ParityReport:
     def __str__(self) -> str:
         head = f"{self.target} against {self.reference}: {len(self.diffs)} leaves"
         return "\n".join([head, *self.notes, table(self.diffs)])
+
+
+class ParityError(AssertionError):
+    """The device differs from the reference; ``report`` holds every leaf."""
+
+    def __init__(self, message: str, report: ParityReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def _device(where: str, value: Any, argument: str) -> torch.device:
@@ -350,7 +358,7 @@ def _check(
     if failed:
         shown = failed[:_MAX_ROWS]
         more = len(failed) - len(shown)
-        raise AssertionError(
+        raise ParityError(
             "\n".join(
                 [
                     f"{where}: {len(failed)} of {len(diffs)} leaves differ between "
@@ -359,7 +367,8 @@ def _check(
                     table(shown),
                     *([f"... and {more} more leaves out of tolerance"] if more else []),
                 ]
-            )
+            ),
+            report,
         )
     return report
 
@@ -398,7 +407,8 @@ def assert_device_parity(
     seeded on two devices of one type and in eval mode on different types (CPU
     and GPU generators draw different numbers); ``train`` sets the mode. Notes
     on these choices are printed and head the failure message, a table of the
-    leaves out of tolerance. Returns a :class:`ParityReport` of every leaf.
+    leaves out of tolerance (a :class:`ParityError`, whose ``report`` has
+    every leaf). Returns a :class:`ParityReport` of every leaf.
     """
     __tracebackhide__ = True
     names = argument_names(_caller(), "assert_device_parity", 1 + len(inputs))

@@ -17,6 +17,7 @@ import torch
 import torch._dynamo  # noqa: F401
 
 from pytest_mps import assert_device_parity
+from pytest_mps.parity import ParityError
 
 pytest_plugins = ["pytester"]
 
@@ -193,8 +194,8 @@ def test_heads():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         lines(
-            "E       AssertionError: assert_device_parity: 1 of 2 leaves differ "
-            "between the reference (cpu) and the device (cpu)",
+            "E       pytest_mps.parity.ParityError: assert_device_parity: 1 of 2 "
+            "leaves differ between the reference (cpu) and the device (cpu)",
             "E       float32: rtol=1.3e-06, atol=1.0e-05 (*)",
             "E       leaf * dtype * shape * max abs * max rel * rtol * atol * worst at "
             "* out of tol",
@@ -241,7 +242,7 @@ def test_model():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         lines(
-            "E       AssertionError: assert_device_parity: 1 of 6 leaves differ *",
+            "E       *ParityError: assert_device_parity: 1 of 6 leaves differ *",
             'E       output.extra[1]["scaled"] * float32 * (2, 3) * 1.00e-02 '
             "*6/6 (100.0%)",
         )
@@ -278,7 +279,7 @@ def test_model():
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         lines(
-            "E       AssertionError: assert_device_parity: 5 of 6 leaves differ *",
+            "E       *ParityError: assert_device_parity: 5 of 6 leaves differ *",
             "E       2 optimizer steps with SGD(lr=0.1)",
             "E       inputs[0].grad * float32 * (4, 3) *",
             "E       model.lin.weight.grad * float32 * (2, 3) *",
@@ -523,3 +524,19 @@ def test_own(device_parity):
 """
     )
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_the_failure_carries_the_report_of_every_leaf() -> None:
+    calls = iter(range(2))
+
+    def bumped(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + (1e-3 if next(calls) else 0.0)
+
+    with pytest.raises(ParityError) as info:
+        assert_device_parity(bumped, torch.ones(3), device="cpu")
+    report = info.value.report
+    assert [(d.path, d.ok) for d in report.diffs] == [
+        ("output", False),
+        ("inputs[0].grad", True),
+    ]
+    assert report.failed[0].mismatched == 3
