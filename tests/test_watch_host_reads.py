@@ -7,6 +7,7 @@ at the same line on every device, and reads of metadata must pass.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -41,6 +42,9 @@ READS = {
     "to_cpu": ('t.to("cpu")', "Tensor.to"),
 }
 
+if importlib.util.find_spec("numpy") is None:  # torch runs without NumPy
+    del READS["numpy"], READS["array"]
+
 #: reads of metadata, and calls that stay where the data is: never a read
 NOT_READS = {
     "shape": "t.shape",
@@ -56,7 +60,9 @@ NOT_READS = {
 
 
 def _user_file() -> str:
-    lines = ["import numpy", "import pytest", "import torch", ""]
+    lines = ["import pytest", "import torch", ""]
+    if "array" in READS:
+        lines.insert(0, "import numpy")
     for name, (statement, _) in {
         **READS,
         **{k: (v, "") for k, v in NOT_READS.items()},
