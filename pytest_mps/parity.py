@@ -32,10 +32,11 @@ from pytest_mps.parity_run import (
     Leaves,
     Plan,
     Run,
-    dropout_layers,
     float64_in,
+    mode_notes,
     rng_restored,
     run,
+    tf32_notes,
 )
 
 if TYPE_CHECKING:
@@ -189,30 +190,6 @@ def _validate(
         raise TypeError(f"{where}: kwargs must be a mapping, got {kwargs!r:.80}")
 
 
-def _mode(
-    module: Any, train: bool | None, seed: int, ref: str, target: str
-) -> tuple[bool | None, list[str]]:
-    """The train mode both sides run in, and the note that says why."""
-    layers = dropout_layers(module)
-    if not layers:
-        return train, []
-    shown = ", ".join(layers[:3]) + (", ..." if len(layers) > 3 else "")
-    if train is not None:
-        mode = "train" if train else "eval"
-        return train, [f"{mode} mode (train={train}), both sides seeded with {seed}"]
-    if not module.training:
-        return None, [f"dropout ({shown}) off: the module is in eval mode"]
-    if ref == target:
-        return None, [
-            f"dropout ({shown}) in train mode: both sides seeded with {seed}, "
-            "drawing the same numbers"
-        ]
-    return False, [
-        f"dropout ({shown}): {ref} and {target} draw different numbers from one "
-        "seed, so both run in eval mode (train=True compares in train mode)"
-    ]
-
-
 def _compare_runs(
     reference_run: Run,
     target_run: Run,
@@ -255,7 +232,7 @@ def _compare_runs(
     notes = [
         f"{dtype}: exact"
         if r == a == 0
-        else f"{dtype}: rtol={r:.1e}, atol={a:.1e} ({source})"
+        else f"{dtype}: rtol={r:.1e}, atol={a:.1e} x scale ({source})"
         for dtype, (r, a, source) in used.items()
     ]
     return diffs, problems, notes
@@ -315,8 +292,10 @@ def _check(
     elif reference_dtype is not None:
         notes.append(f"the reference runs in {dtype_name(reference_dtype)} on {ref}")
     if is_module:
-        train, mode_notes = _mode(fn_or_module, train, seed, ref.type, target.type)
-        notes += mode_notes
+        train, why = mode_notes(fn_or_module, train, seed, ref.type, target.type)
+        notes += why
+    if "cuda" in (ref.type, target.type):
+        notes += tf32_notes(fn_or_module if is_module else None)
     if steps:
         how = "SGD(lr=0.1)" if optimizer is None else "the given optimizer"
         notes.append(f"{steps} optimizer step{'s' if steps > 1 else ''} with {how}")
@@ -401,14 +380,17 @@ def assert_device_parity(
 
     Tolerances per dtype: ``torch.testing.assert_close``'s defaults, wider for
     float16/bfloat16 and for float32 on MPS; ``rtol`` and ``atol`` replace them
-    for every leaf. ``reference_dtype=torch.float64`` runs the reference in
-    float64 (on MPS, which holds no float64, a float64 model runs in float32
-    against a float64 reference). A module with dropout in train mode runs
-    seeded on two devices of one type and in eval mode on different types (CPU
-    and GPU generators draw different numbers); ``train`` sets the mode. Notes
-    on these choices are printed and head the failure message, a table of the
-    leaves out of tolerance (a :class:`ParityError`, whose ``report`` has
-    every leaf). Returns a :class:`ParityReport` of every leaf.
+    for every leaf. ``atol`` counts in units of each leaf's largest
+    ``|reference|`` value where that exceeds 1 (the table's ``atol`` column
+    shows the result): gradients are long sums, accurate relative to their
+    scale, not element by element. ``reference_dtype=torch.float64`` runs the
+    reference in float64 (on MPS, which holds no float64, a float64 model runs
+    in float32 against a float64 reference). A module with dropout in train
+    mode runs seeded on two devices of one type and in eval mode on different
+    types (CPU and GPU generators draw different numbers); ``train`` sets the
+    mode. Notes on these choices are printed and head the failure message, a
+    table of the leaves out of tolerance (a :class:`ParityError`, whose
+    ``report`` has every leaf). Returns a :class:`ParityReport` of every leaf.
     """
     __tracebackhide__ = True
     names = argument_names(_caller(), "assert_device_parity", 1 + len(inputs))

@@ -253,3 +253,53 @@ def float64_in(*objs: Any) -> bool:
     return any(
         t.dtype == torch.float64 for obj in objs for _, t in named_leaves(obj, "")
     )
+
+
+def mode_notes(
+    module: Any, train: bool | None, seed: int, ref: str, target: str
+) -> tuple[bool | None, list[str]]:
+    """The train mode both sides run in, and the note that says why."""
+    layers = dropout_layers(module)
+    if not layers:
+        return train, []
+    shown = ", ".join(layers[:3]) + (", ..." if len(layers) > 3 else "")
+    if train is not None:
+        mode = "train" if train else "eval"
+        return train, [f"{mode} mode (train={train}), both sides seeded with {seed}"]
+    if not module.training:
+        return None, [f"dropout ({shown}) off: the module is in eval mode"]
+    if ref == target:
+        return None, [
+            f"dropout ({shown}) in train mode: both sides seeded with {seed}, "
+            "drawing the same numbers"
+        ]
+    return False, [
+        f"dropout ({shown}): {ref} and {target} draw different numbers from one "
+        "seed, so both run in eval mode (train=True compares in train mode)"
+    ]
+
+
+def tf32_notes(module: Any) -> list[str]:
+    """CUDA float32 kernels that round to TF32 (10-bit mantissas) here."""
+    import torch
+    from torch import nn
+
+    notes = []
+    precision = torch.get_float32_matmul_precision()
+    if precision != "highest":
+        notes.append(
+            f"cuda: float32 matmuls may use TF32 or bfloat16 (float32 matmul "
+            f"precision {precision!r}): expect differences near 1e-3"
+        )
+    convs: tuple[type, ...] = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    convs += (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    if (
+        module is not None
+        and torch.backends.cudnn.allow_tf32
+        and any(isinstance(m, convs) for m in module.modules())
+    ):
+        notes.append(
+            "cuda: cuDNN convolutions use TF32 (torch.backends.cudnn.allow_tf32, "
+            "on by default): expect float32 differences near 1e-3"
+        )
+    return notes

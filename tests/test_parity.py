@@ -112,7 +112,7 @@ def test_block():
         lines(
             "cpu against cpu: 26 leaves",
             "*2 optimizer steps with SGD(lr=0.1)",
-            "float32: rtol=1.3e-06, atol=1.0e-05 (torch.testing.assert_close's *)",
+            "float32: rtol=1.3e-06, atol=1.0e-05 x scale (torch.testing.*)",
             "leaf * dtype * shape * max abs * max rel * rtol * atol * worst at * out*",
             "output * float32 * (2, 8, 32) *0/512 (0.0%)",
             "x.grad * float32 * (2, 8, 32) *",
@@ -180,7 +180,7 @@ calls = itertools.count()
 
 
 def heads(x):
-    logits = x @ x.T
+    logits = x @ x.T  # |values| up to 1.51: atol 1e-5 scales to 1.5e-5
     if next(calls) == 1:  # the device's run
         logits = logits + torch.eye(4)[2:3].T @ torch.eye(4)[1:2] * 1e-3
     return {"logits": logits, "hidden": x.relu()}
@@ -196,11 +196,11 @@ def test_heads():
         lines(
             "E       pytest_mps.parity.ParityError: assert_device_parity: 1 of 2 "
             "leaves differ between the reference (cpu) and the device (cpu)",
-            "E       float32: rtol=1.3e-06, atol=1.0e-05 (*)",
+            "E       float32: rtol=1.3e-06, atol=1.0e-05 x scale (*)",
             "E       leaf * dtype * shape * max abs * max rel * rtol * atol * worst at "
             "* out of tol",
             'E       output["logits"] * float32 * (4, 4) * 1.00e-03 * 1.3e-06 '
-            "* 1.0e-05 * (2, 1) * 1/16 (6.2%)",
+            "* 1.5e-05 * (2, 1) * 1/16 (6.2%)",
         )
     )
     result.stdout.no_fnmatch_line(*lines('E       output["hidden"]*'))
@@ -540,3 +540,36 @@ def test_the_failure_carries_the_report_of_every_leaf() -> None:
         ("inputs[0].grad", True),
     ]
     assert report.failed[0].mismatched == 3
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "fails"),
+    [
+        (1e3, 1e-3, False),  # 1e-6 of the leaf's scale: rounding in a long sum
+        (1e3, 1e-1, True),  # 1e-4 of the scale
+        (0.5, 2e-5, True),  # values below 1: assert_close's atol, unscaled
+        (0.5, 5e-6, False),
+    ],
+)
+def test_atol_counts_in_units_of_the_leafs_largest_value(
+    values: float, error: float, fails: bool
+) -> None:
+    calls = iter(range(2))
+
+    def gradient_like(x: torch.Tensor) -> torch.Tensor:
+        # one element near zero, as where a long sum cancels
+        out = torch.tensor([values, 0.0], dtype=torch.float64) * x
+        return out + torch.tensor([0.0, error if next(calls) else 0.0])
+
+    x = torch.ones(2, dtype=torch.float64)
+    rtol, atol = 0.0, 1e-5
+    if fails:
+        with pytest.raises(ParityError) as info:
+            assert_device_parity(gradient_like, x, device="cpu", rtol=rtol, atol=atol)
+        (diff,) = info.value.report.failed
+        assert diff.scale == max(1.0, values) and diff.worst == (1,)
+    else:
+        report = assert_device_parity(
+            gradient_like, x, device="cpu", rtol=rtol, atol=atol, grads=False
+        )
+        assert report.diffs[0].atol == atol * max(1.0, values)
