@@ -243,13 +243,12 @@ def front_class() -> type[Any]:
                         show_read(
                             self.mode, kind, func, args, kwargs or no_kwargs, caller
                         )
-                    if kind == HOST:
-                        if not self.mode.watches_cpu and args[0].is_cpu:
-                            return func(*args, **(kwargs or no_kwargs))
+                    if kind == UNBIND:
                         kind = PLAIN
-                    elif kind == UNBIND:
-                        kind = PLAIN
-                if _is_clean(kind, func, args, kwargs or no_kwargs):
+                if kind == HOST:  # as READ: watched op by op unless no concern
+                    if not self.mode.watches_cpu and args[0].is_cpu:
+                        return func(*args, **(kwargs or no_kwargs))
+                elif _is_clean(kind, func, args, kwargs or no_kwargs):
                     return func(*args, **(kwargs or no_kwargs))
             mode = self.mode
             enter(mode)  # type: ignore[no-untyped-call]
