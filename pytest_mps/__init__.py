@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 # Their asserts give the messages users read; register before first import.
-pytest.register_assert_rewrite("pytest_mps.assertions")
+pytest.register_assert_rewrite("pytest_mps.assertions", "pytest_mps.parity")
 
 if TYPE_CHECKING:
     from pytest_mps.assertions import assert_on_device, assert_same_device
+    from pytest_mps.parity import assert_device_parity
     from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
 # Imported on first use. host_sync's dependencies are plugin modules, which
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "assert_on_device": "pytest_mps.assertions",
     "assert_same_device": "pytest_mps.assertions",
+    "assert_device_parity": "pytest_mps.parity",
     "HostSyncError": "pytest_mps.watch.host_sync",
     "forbid_host_sync": "pytest_mps.watch.host_sync",
 }
@@ -39,6 +41,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "HostSyncError",
+    "assert_device_parity",
     "assert_on_device",
     "assert_same_device",
     "forbid_host_sync",

@@ -59,7 +59,9 @@ def manual_seed(device: torch.device, seed: int) -> None:
     if device.type == "mps":
         backend.manual_seed(seed)
     elif device.type == "cuda":
-        torch.cuda.manual_seed(seed)
+        # torch.cuda.manual_seed seeds the current device; cuda:N is not always it
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
 
 
 def empty_cache(device: torch.device) -> None:

@@ -78,6 +78,15 @@ def _leaves(
             )
 
 
+def named_leaves(obj: Any, root: str) -> list[tuple[str, torch.Tensor]]:
+    """Every tensor in ``obj``, once each, with its path from ``root``.
+
+    Paths read like Python: ``out["logits"]``, ``out.loss``, ``out[0]``,
+    ``model.fc.weight``.
+    """
+    return list(_leaves(obj, root, set(), {}))
+
+
 def _key(key: Any) -> str:
     return json.dumps(key) if isinstance(key, str) else repr(key)
 
@@ -88,7 +97,7 @@ def _caller() -> FrameType | None:
     return frame.f_back.f_back if frame and frame.f_back else None
 
 
-def _argument_names(frame: FrameType | None, func: str, count: int) -> list[str]:
+def argument_names(frame: FrameType | None, func: str, count: int) -> list[str]:
     """The source text of each positional argument at the caller's call site."""
     fallback = [f"args[{i}]" for i in range(count)]
     if frame is None:
@@ -169,7 +178,7 @@ def assert_same_device(*objs: Any, **named: Any) -> None:
     arguments name their objects; positional ones are named from the call's source.
     """
     __tracebackhide__ = True
-    names = _argument_names(_caller(), "assert_same_device", len(objs))
+    names = argument_names(_caller(), "assert_same_device", len(objs))
     leaves = _collect(objs, named, names)
     if not leaves:
         raise AssertionError(_no_tensors("assert_same_device", names + list(named)))
@@ -188,9 +197,9 @@ def assert_on_device(obj: Any, device: str | torch.device, **named: Any) -> None
     """
     __tracebackhide__ = True
     frame = _caller()
-    names = _argument_names(frame, "assert_on_device", 2)
+    names = argument_names(frame, "assert_on_device", 2)
     if names[0] == "args[0]":
-        names = _argument_names(frame, "assert_on_device", 1)
+        names = argument_names(frame, "assert_on_device", 1)
     leaves = _collect((obj,), named, names[:1])
     if not leaves:
         raise AssertionError(_no_tensors("assert_on_device", names[:1] + list(named)))

@@ -13,6 +13,8 @@ from pytest_mps import backend, ownership
 if TYPE_CHECKING:
     import torch
 
+    from pytest_mps.parity import DeviceParity
+
 DEVICE_HELP = (
     "run tests that take the 'device' fixture on DEV: cpu, mps, cuda, cuda:N, or "
     "auto (best available: mps > cuda > cpu). Repeat for several devices. "
@@ -343,6 +345,22 @@ def device(request: pytest.FixtureRequest) -> torch.device:
     if name is None:
         name = request.config.stash[devices_key][0]
     return torch.device(name)
+
+
+@pytest.fixture
+def device_parity(device: Any) -> DeviceParity:
+    """``assert_device_parity`` bound to the test's device.
+
+    ``device_parity(model, x)`` copies ``model`` and ``x`` to the CPU and to the
+    test's ``device``, runs forward, backward (and ``steps=N`` optimizer steps)
+    on both with the same seeds, and fails with a table of every output,
+    gradient and parameter out of tolerance, named by its path. It takes
+    :func:`pytest_mps.assert_device_parity`'s keyword arguments but ``device``,
+    and returns its report.
+    """
+    from pytest_mps.parity import DeviceParity
+
+    return DeviceParity(device)
 
 
 @pytest.fixture

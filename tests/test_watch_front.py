@@ -15,7 +15,7 @@ import torch._dynamo  # noqa: E402, F401
 from torch.nn import functional as F
 
 from pytest_mps.watch.findings import TestFindings
-from pytest_mps.watch.front import READ, clean_calls
+from pytest_mps.watch.front import HOST, READ, clean_calls
 from pytest_mps.watch.host_sync import HostSyncError, SyncGuard
 from pytest_mps.watch.mixed_devices import DeviceGuard
 from pytest_mps.watch.mode import watching
@@ -66,6 +66,9 @@ SNIPPETS: dict[str, Callable[[], Any]] = {
     "allclose": lambda: torch.allclose(cpu, cpu),
     "meta_to_cpu": lambda: meta.to("cpu"),
     "meta_cpu": lambda: meta.cpu(),
+    "cpu_to_cpu": lambda: cpu.to("cpu").cpu(),
+    "repr": lambda: repr(cpu),
+    "iterate": lambda: [float(x) for x in cpu],
     "cpu_to_meta": lambda: cpu.to(torch.device("meta")),
     "linalg_inv": lambda: torch.linalg.inv(torch.eye(3)),
     # mixes devices
@@ -76,7 +79,8 @@ SNIPPETS: dict[str, Callable[[], Any]] = {
     # clean
     "view_slice": lambda: cpu.view(2, 3)[:, 1:][0, ...],
     "to_dtype": lambda: cpu.to(torch.float64).to(dtype=torch.float32),
-    "to_same_side": lambda: cpu.to("cpu").cpu(),
+    "to_same_side": lambda: cpu.to(torch.device("cpu")),
+    "iterate_rows": lambda: list(cpu.view(2, 3)),
     "meta_to_meta": lambda: meta.to("meta") * 2,
     "cat_stack": lambda: torch.stack([torch.cat([cpu, cpu]), cpu.repeat(2)]),
     "properties": lambda: (
@@ -138,8 +142,11 @@ def test_every_clean_call_resolves_on_this_torch() -> None:
     ):
         assert func in table, func
     # reading back is clean only for CPU tensors when the CPU does not count
-    for read in (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__):
+    for read in (torch.Tensor.item, torch.Tensor.__bool__):
         assert table[read] == READ, read
+    # reads no aten op tells of on the CPU: shown to host_read callbacks
+    for read in (torch.Tensor.tolist, torch.Tensor.__repr__, torch.Tensor.__array__):
+        assert table[read] == HOST, read
     for syncing in (
         torch.Tensor.nonzero,
         torch.Tensor.__setitem__,

@@ -18,6 +18,11 @@ torch API call once, before it decomposes into aten ops:
   no callback counts CPU tensors as device tensors (``watches_cpu``): the
   test runs on an accelerator, and torch.optim reads its CPU step counters
   this way once per parameter and step;
+- the calls that read tensor data into Python without an aten op that says
+  so on the CPU (``t.tolist()``, ``t.numpy()``, ``np.asarray(t)``,
+  ``repr(t)``, ``f"{t}"``, iterating a 1-D tensor, ``t.cpu()``,
+  ``t.to("cpu")``) are shown to the callbacks that look at host reads
+  (``host_read``) before they run, on every device alike;
 - every other call (``.item()``, ``.cpu()``, ``x[mask]``, ``nonzero``, any
   call not in the table, any call mixing devices) runs inside the watch mode,
   whose callbacks see its aten ops exactly as without the front.
@@ -30,6 +35,7 @@ host and device. The table lists calls by identity; unknown calls are watched.
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Mapping
 from functools import lru_cache
@@ -42,6 +48,8 @@ PLAIN = 1  # clean when its tensors share a side (CPU or not)
 INDEX = 2  # Tensor.__getitem__: clean for ints, slices, None and ... only
 MOVE = 3  # Tensor.to / Tensor.cpu: clean unless it crosses host and device
 READ = 4  # t.item(), bool(t): clean on a CPU tensor when no callback counts the CPU
+HOST = 5  # t.tolist(), repr(t): a host read the CPU runs no telling aten op for
+UNBIND = 6  # Tensor.unbind: clean, but a host read where Tensor.__iter__ calls it
 
 _BASIC_INDEX = (int, slice, types.NoneType, types.EllipsisType)
 
@@ -56,7 +64,7 @@ addcmul addcmul_ addcdiv addcdiv_ reciprocal reciprocal_ sin cos square
 float half bfloat16 double type_as
 sum mean var std norm amax amin max min argmax argmin softmax log_softmax cumsum
 view view_as reshape reshape_as transpose transpose_ permute contiguous split
-chunk unbind unsqueeze squeeze flatten unflatten expand expand_as t narrow select
+chunk unsqueeze squeeze flatten unflatten expand expand_as t narrow select
 flip roll tril triu masked_fill masked_fill_ detach detach_ requires_grad_ clone
 zero_ fill_ matmul mm bmm baddbmm addmm
 size dim numel stride is_contiguous is_complex is_floating_point element_size
@@ -111,7 +119,11 @@ def clean_calls() -> dict[Any, int]:
     add(torch.Tensor, "__getitem__", INDEX)
     add(torch.Tensor, "to cpu", MOVE)
     # torch.optim reads its CPU step counters with .item() once per parameter
-    add(torch.Tensor, "item tolist numpy __bool__ __float__ __int__ __index__", READ)
+    add(torch.Tensor, "item __bool__ __float__ __int__ __index__", READ)
+    # no aten op reads a CPU tensor's data for these: the call itself is the read
+    add(torch.Tensor, "tolist numpy __array__ __repr__ __format__", HOST)
+    # iterating runs Tensor.__iter__, which no mode sees, and then unbind(0)
+    add(torch.Tensor, "unbind", UNBIND)
     add(torch.Tensor, "backward")
     add(torch.autograd, "backward grad")
     # property reads and writes: p.grad, x.shape, p.requires_grad = False
@@ -145,6 +157,31 @@ def _stays(args: tuple[Any, ...], kwargs: Mapping[str, Any], func: Any) -> bool:
     return True
 
 
+def show_read(
+    mode: Any,
+    kind: int,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    caller: types.FrameType | None,
+) -> None:
+    """Tell ``mode``'s host-read callbacks about a call that may read data back.
+
+    ``unbind`` is shown only when ``Tensor.__iter__`` calls it (``for x in t``),
+    as ``Tensor.__iter__``.
+    """
+    __tracebackhide__ = True
+    if kind == UNBIND:
+        import torch
+
+        iterate = torch.Tensor.__iter__
+        if caller is None or caller.f_code is not iterate.__code__:
+            return
+        func = iterate
+    for read in mode.readers:
+        read(func, args, kwargs)
+
+
 def _is_clean(
     kind: int, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> bool:
@@ -167,6 +204,7 @@ def front_class() -> type[Any]:
 
     table = clean_calls()
     is_compiling = torch.compiler.is_compiling
+    getframe = sys._getframe
     enter = TorchDispatchMode.__enter__
     leave = TorchDispatchMode.__exit__
     no_kwargs: Mapping[str, Any] = types.MappingProxyType({})
@@ -198,8 +236,20 @@ def front_class() -> type[Any]:
             elif kind == READ:
                 if not self.mode.watches_cpu and args[0].is_cpu:
                     return func(*args, **(kwargs or no_kwargs))
-            elif kind is not None and _is_clean(kind, func, args, kwargs or no_kwargs):
-                return func(*args, **(kwargs or no_kwargs))
+            elif kind is not None:
+                if kind >= HOST or kind == MOVE:
+                    if self.mode.readers:
+                        caller = getframe(1) if kind == UNBIND else None
+                        show_read(
+                            self.mode, kind, func, args, kwargs or no_kwargs, caller
+                        )
+                    if kind == UNBIND:
+                        kind = PLAIN
+                if kind == HOST:  # as READ: watched op by op unless no concern
+                    if not self.mode.watches_cpu and args[0].is_cpu:
+                        return func(*args, **(kwargs or no_kwargs))
+                elif _is_clean(kind, func, args, kwargs or no_kwargs):
+                    return func(*args, **(kwargs or no_kwargs))
             mode = self.mode
             enter(mode)  # type: ignore[no-untyped-call]
             try:
@@ -213,3 +263,44 @@ def front_class() -> type[Any]:
 def front(mode: Any) -> Any:
     """A new (not yet entered) front for the watch mode ``mode``."""
     return front_class()(mode)
+
+
+@lru_cache(maxsize=1)
+def _reads_class() -> type[Any]:
+    """A ``TorchFunctionMode`` that only shows host reads to ``mode``'s callbacks.
+
+    For a mode watched op by op (no front): its dispatch mode sees every aten
+    op, but the CPU runs none that tells ``t.tolist()`` is a read.
+    """
+    from torch.overrides import TorchFunctionMode
+
+    table = clean_calls()
+    no_kwargs: Mapping[str, Any] = types.MappingProxyType({})
+
+    class ReadsMode(TorchFunctionMode):
+        def __init__(self, mode: Any) -> None:
+            super().__init__()
+            self.mode = mode
+
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: Mapping[str, Any] | None = None,
+        ) -> Any:
+            __tracebackhide__ = True
+            kind = table.get(func)
+            if (kind == MOVE or (kind is not None and kind >= HOST)) and (
+                self.mode.readers
+            ):
+                caller = sys._getframe(1) if kind == UNBIND else None
+                show_read(self.mode, kind, func, args, kwargs or no_kwargs, caller)
+            return func(*args, **(kwargs or no_kwargs))
+
+    return ReadsMode
+
+
+def reads_front(mode: Any) -> Any:
+    """A new (not yet entered) mode showing host reads to ``mode``'s callbacks."""
+    return _reads_class()(mode)

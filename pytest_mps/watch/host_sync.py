@@ -19,6 +19,17 @@ the host.
 On CPU nothing waits, but the same test run on MPS would: when the test runs
 on CPU, CPU tensors count as device tensors, so ``x.item()`` is flagged there
 too (``count_cpu``); on an accelerator only accelerator tensors count.
+
+Some reads run no aten op that says so on the CPU: ``t.tolist()``,
+``t.numpy()``, ``np.asarray(t)``, ``repr``/``str``/``print`` and f-strings of a
+tensor, iterating a 1-D tensor into 0-dim ones, ``t.cpu()`` and
+``t.to("cpu")``. These are caught as torch calls (``host_read``, shown by the
+watch front before they run), on every device alike, so a CPU run finds what
+an MPS or CUDA run would. Only a host destination spelled ``"cpu"`` counts for
+``.to()`` of a CPU tensor: ``t.to(device)`` with the test's device is no read
+there. Reads of metadata (``.shape``, ``.dtype``, ``.device``, ``.numel()``,
+``len(t)``) never count, and neither do pytest's own reprs of a failing
+assertion.
 """
 
 from __future__ import annotations
@@ -37,7 +48,12 @@ from pytest_mps import ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.watch import OpCallback, settings
 from pytest_mps.watch.findings import TestFindings, findings_for
-from pytest_mps.watch.locations import in_functions, user_frame, user_location
+from pytest_mps.watch.locations import (
+    called_by_pytest,
+    in_functions,
+    user_frame,
+    user_location,
+)
 
 
 class HostSyncError(AssertionError):
@@ -114,7 +130,7 @@ def _to_copy(args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool) -> str
         return None
     dst_is_cpu = str(device).startswith("cpu")
     if _crosses(args[0], dst_is_cpu, bool(kwargs.get("non_blocking", False))):
-        return "a blocking copy between host and device (.cpu(), .tolist(), .to())"
+        return "a blocking copy between host and device (.to())"
     return None
 
 
@@ -166,6 +182,62 @@ def sync_checks() -> dict[Any, Check]:
         if packet is not None:
             checks[packet.default] = _reads_back("output size depends on the data")
     return checks
+
+
+def _destination(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+    """``Tensor.to``'s device argument (None for none) and its ``non_blocking``."""
+    import torch
+
+    device = kwargs.get("device")
+    non_blocking = bool(kwargs.get("non_blocking", False))
+    for arg in args[1:]:
+        if device is None and isinstance(arg, (str, torch.device)):
+            device = arg
+        elif isinstance(arg, bool):
+            non_blocking = non_blocking or arg
+            break  # to(dtype, non_blocking, copy): the first bool
+    return device, non_blocking
+
+
+def _copy_to_host(
+    func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+) -> str | None:
+    """Why ``t.cpu()`` / ``t.to(...)`` reads data back, or None."""
+    source = args[0]
+    if func.__name__ == "cpu":
+        return "a blocking copy to the host" if _on_device(source, cpu) else None
+    device, non_blocking = _destination(args, kwargs)
+    if device is None or non_blocking or str(device).partition(":")[0] != "cpu":
+        return None
+    # a CPU tensor counts for "cpu" spelled out; t.to(device) is the test's own
+    if not source.is_cpu or (cpu and isinstance(device, str)):
+        return "a blocking copy to the host"
+    return None
+
+
+_READS = {
+    "tolist": "copies the values into Python lists",
+    "numpy": "copies the values into a NumPy array",
+    "__array__": "copies the values into a NumPy array, as np.asarray(t) does",
+    "__repr__": "formats the values as text: repr, str, print",
+    "__format__": "formats the values as text: an f-string or format()",
+    "__iter__": "iterates a 1-D tensor into 0-dim tensors, each read back alone",
+}
+
+
+def host_read_reason(
+    func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool
+) -> str | None:
+    """Why the torch call ``func`` reads tensor data back to Python, or None."""
+    name = func.__name__
+    if name in ("cpu", "to"):
+        return _copy_to_host(func, args, kwargs, cpu)
+    tensor = args[0]
+    if not _on_device(tensor, cpu):
+        return None
+    if name == "__iter__" and tensor.dim() != 1:
+        return None  # rows of a matrix are tensors, not values
+    return _READS.get(name)
 
 
 def _optimizer_step_counter(tensor: Any) -> bool:
@@ -223,11 +295,24 @@ class SyncGuard:
             return
         if self.count_cpu and _optimizer_step_counter(args[0]):
             return
-        frame = user_frame(sys._getframe(1))
+        self._fail(func._schema.name, reason, sys._getframe(1))
+
+    def host_read(
+        self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Raise ``HostSyncError`` if the torch call ``func`` reads data back."""
+        __tracebackhide__ = True
+        reason = host_read_reason(func, args, kwargs, self.count_cpu)
+        if reason is None or called_by_pytest(sys._getframe(1)):
+            return
+        self._fail(f"Tensor.{func.__name__}", reason, sys._getframe(1))
+
+    def _fail(self, name: str, reason: str, start: types.FrameType) -> None:
+        __tracebackhide__ = True
+        frame = user_frame(start)
         if in_functions(frame, self.expected):
             return  # by design (mps_expected_host_syncs)
         where = user_location(frame) if frame is not None else "unknown"
-        name = func._schema.name
         if self.findings is not None:
             self.findings.add("host-sync", name, where, detail=reason)
         raise HostSyncError(

@@ -53,6 +53,23 @@ def user_frame(start: types.FrameType | None = None) -> types.FrameType | None:
     return None
 
 
+def called_by_pytest(start: types.FrameType | None) -> bool:
+    """True when the innermost caller outside torch and pytest-mps is pytest's.
+
+    pytest formats the values of a failing assertion (``repr(tensor)``) while
+    the test's watch mode still runs; that read is pytest's, not the test's.
+    """
+    dirs, _ = _library()
+    torch_dir, _, pytest_dir, ours, pytest_impl = dirs
+    frame = start
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith((torch_dir, ours)):
+            return path.startswith((pytest_dir, pytest_impl))
+        frame = frame.f_back
+    return False
+
+
 def in_functions(
     frame: types.FrameType | None, functions: tuple[tuple[str, str], ...]
 ) -> bool:

@@ -22,7 +22,10 @@ API for other modules and plugins
     entered through :mod:`pytest_mps.watch.front`, which lets calls known to
     be clean (``F.linear`` on one device) run unwatched; ``watches_cpu =
     False`` adds that reading a CPU tensor (``t.item()``) is no concern of
-    that callback. Ops whose
+    that callback. A callback with a ``host_read(func, args, kwargs)``
+    method is also shown the torch calls that read tensor data back to
+    Python (``Tensor.tolist``, ``Tensor.__repr__``, ``Tensor.cpu``, ...),
+    before they run, whether or not they run an aten op. Ops whose
     CompositeImplicitAutograd kernel the dispatcher hands over undecomposed
     (under ``torch.inference_mode()``: ``aten::linear``, ``aten::item``) are
     decomposed first, so callbacks see the ops that really run.
@@ -113,6 +116,7 @@ def _mode_class() -> type[Any]:
             self.every: tuple[OpCallback, ...] = ()
             self.by_op: dict[int, tuple[OpCallback, ...]] = {}
             self.fronted = False  # entered through the front (see watching)
+            self.reading = False  # a reads front shows it host reads (see watching)
             self.rebuild()
 
         def rebuild(self) -> None:
@@ -131,6 +135,11 @@ def _mode_class() -> type[Any]:
             # whether some callback cares about calls on CPU tensors alone
             self.watches_cpu = any(
                 getattr(cb, "watches_cpu", True) for cb in self.callbacks
+            )
+            #: the callbacks' ``host_read`` methods, shown calls that read data
+            #: back (``t.tolist()``) by the front before they run
+            self.readers = tuple(
+                cb.host_read for cb in self.callbacks if hasattr(cb, "host_read")
             )
 
         def __torch_dispatch__(
@@ -211,7 +220,7 @@ def watching(callbacks: list[OpCallback], every_op: bool = False) -> Iterator[An
     """
     mode = watch_mode(callbacks)
     if every_op or not mode.skips_clean_calls:
-        with mode:
+        with mode, _reads_shown(mode):
             yield mode
         return
     from pytest_mps.watch.front import front
@@ -240,10 +249,32 @@ def op_watch(callback: OpCallback) -> Iterator[None]:
         mode.callbacks.append(callback)
         mode.rebuild()
         try:
-            yield
+            with _reads_shown(mode):
+                yield
         finally:
             mode.callbacks.remove(callback)
             mode.rebuild()
         return
     with watching([callback]):
         yield
+
+
+@contextlib.contextmanager
+def _reads_shown(mode: Any) -> Iterator[None]:
+    """Show host reads to a mode watched op by op, when a callback looks at them.
+
+    On the CPU no aten op tells that ``t.tolist()`` or ``repr(t)`` reads data
+    back; the front shows such calls to ``host_read`` callbacks, and a mode
+    without the front gets a small function mode that does only that.
+    """
+    if mode.fronted or mode.reading or not mode.readers:
+        yield
+        return
+    from pytest_mps.watch.front import reads_front
+
+    mode.reading = True
+    try:
+        with reads_front(mode):
+            yield
+    finally:
+        mode.reading = False
