@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 # Their asserts give the messages users read; register before first import.
-pytest.register_assert_rewrite("pytest_mps.assertions", "pytest_mps.parity")
+pytest.register_assert_rewrite("pytest_mps.assertions", "pytest_mps.parity.check")
 
 if TYPE_CHECKING:
     from pytest_mps.assertions import assert_on_device, assert_same_device
-    from pytest_mps.parity import assert_device_parity
+    from pytest_mps.parity.check import assert_device_parity
     from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
 # Imported on first use. host_sync's dependencies are plugin modules, which
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "assert_on_device": "pytest_mps.assertions",
     "assert_same_device": "pytest_mps.assertions",
-    "assert_device_parity": "pytest_mps.parity",
+    "assert_device_parity": "pytest_mps.parity.check",
     "HostSyncError": "pytest_mps.watch.host_sync",
     "forbid_host_sync": "pytest_mps.watch.host_sync",
 }

@@ -13,7 +13,7 @@ from pytest_mps import backend, ownership
 if TYPE_CHECKING:
     import torch
 
-    from pytest_mps.parity import DeviceParity
+    from pytest_mps.parity.check import DeviceParity
 
 DEVICE_HELP = (
     "run tests that take the 'device' fixture on DEV: cpu, mps, cuda, cuda:N, or "
@@ -358,7 +358,7 @@ def device_parity(device: Any) -> DeviceParity:
     :func:`pytest_mps.assert_device_parity`'s keyword arguments but ``device``,
     and returns its report.
     """
-    from pytest_mps.parity import DeviceParity
+    from pytest_mps.parity.check import DeviceParity
 
     return DeviceParity(device)
 

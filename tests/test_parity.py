@@ -17,7 +17,7 @@ import torch
 import torch._dynamo  # noqa: F401
 
 from pytest_mps import assert_device_parity
-from pytest_mps.parity import ParityError
+from pytest_mps.parity.check import ParityError
 
 pytest_plugins = ["pytester"]
 

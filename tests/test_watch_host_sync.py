@@ -254,7 +254,8 @@ def test_expected_host_syncs_in_named_functions_pass_and_others_fail(
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*HostSyncError: aten::_local_scalar_dense makes the host wait*evaluation.py:5*"
+            "*HostSyncError: aten::_local_scalar_dense makes the host wait*"
+            "evaluation.py:5*"
         ]
     )
 

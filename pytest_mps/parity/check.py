@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_mps import backend
 from pytest_mps.accelerator import canonical
 from pytest_mps.assertions import argument_names
-from pytest_mps.parity_compare import (
+from pytest_mps.parity.compare import (
     LeafDiff,
     compare,
     default_tolerance,
@@ -28,7 +28,7 @@ from pytest_mps.parity_compare import (
     table,
     tolerance_source,
 )
-from pytest_mps.parity_run import (
+from pytest_mps.parity.run import (
     Leaves,
     Plan,
     Run,
