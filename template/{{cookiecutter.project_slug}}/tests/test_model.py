@@ -27,6 +27,25 @@ def test_forward_without_targets_returns_only_the_last_position(device):
     assert loss is None
 
 
+def test_the_device_computes_what_the_cpu_computes(device_parity):
+    # Forward, backward and two AdamW steps on the test's device against the
+    # same on the CPU, every logit, gradient and updated weight compared by
+    # name (pytest-mps's device_parity). On a CPU run both sides are the CPU;
+    # run with --mps (or --device cuda) to check the GPU.
+    torch.manual_seed(0)
+    model = GPT(SMALL)
+    idx, targets = torch.randint(SMALL.vocab_size, (2, 4, 16))
+    report = device_parity(
+        model,
+        idx,
+        targets,
+        steps=2,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
+    )
+    paths = [diff.path for diff in report.diffs]
+    assert any("wte.weight" in path for path in paths), paths
+
+
 def test_initial_loss_is_that_of_a_uniform_guess():
     torch.manual_seed(0)
     model = GPT(SMALL)
