@@ -140,6 +140,9 @@ def test_ctrl_c_saves_a_checkpoint_and_resuming_matches_an_uninterrupted_run(
     # The command it printed, as the user would type it.
     program, *args = resume.split()
     assert program == "{{ cookiecutter.project_slug }}" and "--init_from=resume" in args
+    # Where it ran: machine settings never come from a checkpoint, so a run
+    # stopped on the CPU must not resume on a GPU that `auto` would pick.
+    assert {"--device=cpu", "--dtype=float32", "--compile=false"} <= set(args)
     resumed = finished(args)
     assert f"resumed from {path} at iteration {at}" in resumed
 

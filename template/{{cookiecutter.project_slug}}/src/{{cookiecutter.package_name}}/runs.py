@@ -170,8 +170,20 @@ def check_resume(cfg: Config, state: dict[str, Any], path: Path) -> list[str]:
 
 
 def resume_hint(cfg: Config) -> str:
-    """The command that continues this run from its checkpoint."""
-    return f"{PROG} train --init_from=resume --out_dir={cfg.out_dir}"
+    """The command that continues this run from its checkpoint, where it ran.
+
+    The machine settings are never read from a checkpoint (another machine may
+    resume it), so those this run chose (not `auto`) are spelled out: a run
+    stopped with --device=cpu resumes on the CPU, not on the GPU `auto` finds.
+    """
+    chosen = [
+        f"--{name}={getattr(cfg, name)}"
+        for name in MACHINE_SETTINGS
+        if getattr(cfg, name) != "auto"
+    ]
+    return " ".join(
+        [f"{PROG} train --init_from=resume", *chosen, f"--out_dir={cfg.out_dir}"]
+    )
 
 
 class StopSignal:
