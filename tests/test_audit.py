@@ -144,9 +144,9 @@ def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
     ]
     assert svd[0]["first"].endswith("test_user.py:7")
     # the CPU run shows _linalg_svd; on MPS linalg_svd itself goes to the CPU
-    assert svd[0]["why"].startswith("through svd/linalg.svd: MPS runs linalg_svd")
+    assert svd[0]["why"].startswith("torch.linalg.svd reaches linalg_svd, which MPS")
     assert (svd[0]["rule"], svd[0]["certainty"]) == ("argument rule", "likely")
-    assert svd[0]["source"] == "MPSFallback.mm registers mps_fallback for linalg_svd"
+    assert svd[0]["source"].startswith("aten/src/ATen/mps/MPSFallback.mm registers")
     svd_fix = [c for c in audit["corrections"] if c["op"] == "linalg_svd"]
     assert svd_fix[0]["applies"] is True
     assert svd_fix[0]["source"].startswith("MPSFallback.mm @035290b")
@@ -438,3 +438,84 @@ def test_the_audit_leaves_out_host_syncs_in_expected_functions(
         r for r in found["tests"]["test_loop.py::test_loop"] if r["kind"] == "host-sync"
     ]
     assert [(r["count"], r["first"].rsplit(":", 1)[1]) for r in syncs] == [(1, "5")]
+
+
+CALLS_SUITE = """
+import torch
+import torch.nn.functional as F
+
+
+def test_svd():
+    torch.linalg.svd(torch.randn(4, 3))
+
+
+def test_svd_method():
+    torch.randn(4, 3).svd()
+
+
+def test_svdvals():
+    torch.linalg.svdvals(torch.randn(4, 3))
+
+
+def test_nuclear_norm():
+    torch.linalg.matrix_norm(torch.randn(3, 3), ord="nuc")
+
+
+def test_svd_values_only():
+    torch.svd(torch.randn(4, 3), compute_uv=False)
+
+
+def test_linear_of_integers():
+    F.linear(torch.ones(2, 3, dtype=torch.long), torch.ones(4, 3, dtype=torch.long))
+
+
+def test_linear_layer_of_floats():
+    torch.nn.Linear(3, 4)(torch.ones(2, 3))
+"""
+
+
+def test_audit_tells_the_torch_call_an_op_came_from(pytester: pytest.Pytester) -> None:
+    # On the CPU svd and svdvals both run _linalg_svd, and F.linear runs addmm;
+    # on MPS only linalg_svd goes to the CPU by itself, and linear has a kernel
+    # of its own that refuses integers. The audit sees the torch call.
+    pytester.makepyfile(test_calls=CALLS_SUITE)
+    result = pytester.runpytest("--mps-audit=error", "--mps-report", "report.json")
+    result.assert_outcomes(passed=3, failed=4)
+    tests = json.loads((pytester.path / "report.json").read_text())["mps_audit"][
+        "tests"
+    ]
+
+    def only(name: str) -> dict[str, str]:
+        (finding,) = tests[f"test_calls.py::{name}"]
+        return finding
+
+    for name, call in (
+        ("test_svd", "torch.linalg.svd"),
+        ("test_svd_method", "Tensor.svd"),
+    ):
+        finding = only(name)
+        assert finding["outcome"] == "forced_fallback"
+        assert finding["why"].startswith(f"{call} reaches linalg_svd")
+    for name, call in (
+        ("test_svdvals", "torch.linalg.svdvals"),
+        ("test_nuclear_norm", "torch.linalg.matrix_norm"),
+        ("test_svd_values_only", "torch.svd"),
+    ):
+        finding = only(name)
+        assert (finding["name"], finding["outcome"]) == (
+            "aten::_linalg_svd",
+            "fallback",
+        )
+        assert finding["why"].startswith(f"{call} calls _linalg_svd directly")
+    linear = only("test_linear_of_integers")
+    assert (linear["name"], linear["outcome"], linear["rule"]) == (
+        "aten::linear",
+        "raises",
+        "call rule",
+    )
+    assert "non-float inputs" in linear["why"]
+    assert "Linear.mm" in linear["source"]
+    assert tests["test_calls.py::test_linear_layer_of_floats"] == []
+    result.stdout.fnmatch_lines(
+        ["*aten::linear: raises on MPS for these arguments (linear of int64 inputs*"]
+    )

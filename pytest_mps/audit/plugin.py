@@ -316,11 +316,15 @@ def _describe(row: Mapping[str, Any]) -> str:
     return f"{row['name']}: {meaning} ({row['why']}) {origin}"
 
 
-@pytest.hookimpl(wrapper=True)
+# trylast: inside the watch plugin's wrapper, which makes the recorder.
+@pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    result = yield
     recorder = item.stash.get(_recorder_key, None)
-    if recorder is None or item.config.stash[settings_key].level != "error":
+    if recorder is None:
+        return (yield)
+    with recorder.calls():
+        result = yield
+    if item.config.stash[settings_key].level != "error":
         return result
     from pytest_mps.audit.recorder import is_problem
 

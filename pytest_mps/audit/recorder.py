@@ -7,13 +7,17 @@ checks so both features judge alike.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_mps.audit import ops as mps_ops
+
+if TYPE_CHECKING:
+    from pytest_mps.audit.rules import Call
 
 
 def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
@@ -43,6 +47,41 @@ def _unsupported_dtypes(macos: tuple[int, int]) -> dict[Any, str]:
 
 
 _ROW_OUTCOMES = (mps_ops.FALLBACK, mps_ops.FORCED_FALLBACK, mps_ops.UNKNOWN)
+
+
+@lru_cache(maxsize=1)
+def _calls_mode_class() -> type[Any]:
+    """The ``TorchFunctionMode`` behind :meth:`Recorder.calls` (torch is lazy)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    is_compiling = torch.compiler.is_compiling
+
+    class CallsMode(TorchFunctionMode):
+        def __init__(self, recorder: Recorder) -> None:
+            super().__init__()
+            self.recorder = recorder
+
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: Mapping[str, Any] | None = None,
+        ) -> Any:
+            __tracebackhide__ = True
+            kwargs = kwargs or {}
+            recorder = self.recorder
+            if is_compiling() or recorder.call is not None:
+                return func(*args, **kwargs)
+            recorder.on_call(func, args, kwargs)
+            recorder.call = (func, args, kwargs)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                recorder.call = None
+
+    return CallsMode
 
 
 class Recorder:
@@ -88,6 +127,46 @@ class Recorder:
         self.predictions: dict[Any, mps_ops.Prediction] = {}
         self.findings: dict[tuple[str, str], dict[str, Any]] = {}
         self.ops: set[str] | None = set() if keep_ops else None
+        # the outermost torch API call running now (see calls())
+        self.call: Call | None = None
+        self.call_rules: dict[Any, Any] | None = None
+
+    def calls(self) -> contextlib.AbstractContextManager[Any]:
+        """Note the torch API call each aten op runs under, while in the block.
+
+        On the CPU an op's aten ops can hide what MPS would run: ``F.linear``
+        is ``addmm`` there but a kernel of its own on MPS; ``svdvals`` and
+        ``linalg.svd`` both show ``_linalg_svd``. A ``TorchFunctionMode`` sees
+        each torch call once, before it decomposes (calls made inside it are
+        not seen again), so the rules know which call an op came from.
+        """
+        mode: contextlib.AbstractContextManager[Any] = _calls_mode_class()(self)
+        return mode
+
+    def on_call(
+        self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """A torch API call is about to run: apply the rules made for calls."""
+        if self.call_rules is None:
+            from pytest_mps.audit.rules import call_rules
+
+            self.call_rules = call_rules()
+        found = self.call_rules.get(func)
+        if found is None:
+            return
+        op, rule = found
+        verdict = rule(args, kwargs)
+        if verdict is not None:
+            self._note(
+                "op",
+                op,
+                verdict.outcome,
+                verdict.rule,
+                op,
+                verdict.source,
+                verdict.certainty,
+                "call rule",
+            )
 
     def _note(
         self,
@@ -157,7 +236,7 @@ class Recorder:
         if self.ops is not None:
             self.ops.add(op)
         rule = self.rules.get(op)
-        verdict = rule(args, kwargs) if rule is not None else None
+        verdict = rule(args, kwargs, self.call) if rule is not None else None
         if verdict is not None:
             self._note(
                 "op",

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_mps.audit.ops import FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
+from pytest_mps.audit.ops import CERTAIN, FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +62,19 @@ def _first_dtype(values: Sequence[Any], tensor: type) -> str | None:
 
 # -- argument rules -------------------------------------------------------------------
 
+#: A torch API call as the audit saw it: the function, its args and kwargs.
+Call = tuple[Any, Sequence[Any], Mapping[str, Any]]
+
+
 _POOL_SOURCE = (
     "aten/src/ATen/native/mps/operations/AdaptivePooling.mm: 'Adaptive pool "
     "MPS: input sizes must be divisible by output sizes' (pytorch#96056)"
 )
 
 
-def _adaptive_pool(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
+def _adaptive_pool(
+    args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
+) -> Verdict | None:
     tensor, size = args[0], args[1] if len(args) > 1 else kwargs.get("output_size")
     if size is None:
         return None
@@ -86,11 +92,78 @@ def _adaptive_pool(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | 
     return None
 
 
-def _svd(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict:
+_SVD_FALLBACK_SOURCE = (
+    "aten/src/ATen/mps/MPSFallback.mm registers a CPU fallback for linalg_svd "
+    "alone; native_functions.yaml gives _linalg_svd no MPS kernel"
+)
+
+
+def _linalg_svd_callers() -> dict[Any, str]:
+    """The torch calls that reach ``_linalg_svd`` through ``linalg_svd``.
+
+    MPS runs ``linalg_svd`` on the CPU itself (MPSFallback.mm), so these work
+    on MPS, slowly; every other way to ``_linalg_svd`` (svdvals, cond,
+    matrix_rank, a nuclear or spectral norm) calls it directly and raises.
+    ``torch.svd``, ``linalg.pinv`` and ``pinverse`` call ``at::linalg_svd``
+    in C++; ``svd_lowrank`` and ``pca_lowrank`` call ``torch.linalg.svd``.
+    """
+    import torch
+
+    return {
+        torch.linalg.svd: "torch.linalg.svd",
+        torch.svd: "torch.svd",
+        torch.Tensor.svd: "Tensor.svd",
+        torch.linalg.pinv: "torch.linalg.pinv",
+        torch.pinverse: "torch.pinverse",
+        torch.Tensor.pinverse: "Tensor.pinverse",
+        torch.svd_lowrank: "torch.svd_lowrank",
+        torch.pca_lowrank: "torch.pca_lowrank",
+    }
+
+
+def call_name(func: Any) -> str:
+    """``torch.linalg.svdvals``, ``Tensor.sort``: a torch API function's name."""
+    name = getattr(func, "__name__", repr(func))
+    owner = getattr(func, "__objclass__", None)
+    if owner is not None:
+        return f"{owner.__name__.removesuffix('Base')}.{name}"
+    module = getattr(func, "__module__", None) or "torch"
+    if module == "torch._C._linalg":
+        return f"torch.linalg.{name.removeprefix('linalg_')}"
+    if module == "torch._C._nn" or module.startswith("torch.nn.functional"):
+        return f"F.{name}"
+    if module.startswith("torch._") or module == "torch.functional":
+        module = "torch"
+    return f"{module}.{name}"
+
+
+def _svd(
+    args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
+) -> Verdict:
     # svdvals passes compute_uv=False, but not under a dispatch mode (it then
-    # counts as a tensor subclass and asks for U and V too), so the audit sees
-    # svd and svdvals alike: the likelier reading wins, the other is said.
+    # counts as a tensor subclass and asks for U and V too). The torch call
+    # the op runs under (``call``) tells which way it came.
     compute_uv = args[2] if len(args) > 2 else kwargs.get("compute_uv", True)
+    if call is not None:
+        func, call_args, call_kwargs = call
+        name = _linalg_svd_callers().get(func)
+        if name in ("torch.svd", "Tensor.svd"):
+            wanted = call_args[2] if len(call_args) > 2 else None
+            if not call_kwargs.get("compute_uv", True if wanted is None else wanted):
+                name = None  # singular values only: _linalg_svd directly
+        if name is not None:
+            return Verdict(
+                FORCED_FALLBACK,
+                f"{name} reaches linalg_svd, which MPS runs on the CPU without "
+                "PYTORCH_ENABLE_MPS_FALLBACK (works, slowly)",
+                _SVD_FALLBACK_SOURCE,
+            )
+        return Verdict(
+            FALLBACK,
+            f"{call_name(func)} calls _linalg_svd directly, not through "
+            "linalg_svd, and _linalg_svd has no MPS kernel",
+            _SVD_FALLBACK_SOURCE,
+        )
     if not compute_uv:
         return Verdict(
             FALLBACK,
@@ -110,7 +183,9 @@ def _svd(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict:
 _CONV_SOURCE = "torch/testing/_internal/common_mps.py UNIMPLEMENTED_XFAILLIST"
 
 
-def _convolution(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
+def _convolution(
+    args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
+) -> Verdict | None:
     tensor = args[0]
     dtype = str(tensor.dtype).removeprefix("torch.")
     if not (tensor.is_floating_point() or tensor.is_complex()):
@@ -135,13 +210,53 @@ def _convolution(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | No
 #: aten op name -> rule deciding it from its arguments (None: leave it to the
 #: op table). Their ops are never blamed from PyTorch's lists: whether they fail
 #: depends on the arguments.
+#: aten op -> rule(args, kwargs, call): ``call`` is the torch API call the op
+#: runs under, when the audit saw one.
 ARGUMENT_RULES: dict[
-    str, Callable[[Sequence[Any], Mapping[str, Any]], Verdict | None]
+    str, Callable[[Sequence[Any], Mapping[str, Any], Call | None], Verdict | None]
 ] = {
     "aten::_adaptive_avg_pool2d": _adaptive_pool,
     "aten::_linalg_svd": _svd,
     "aten::convolution": _convolution,
 }
+
+
+# -- call rules: what the aten ops on the CPU do not show ------------------------------
+
+_LINEAR_SOURCE = (
+    "aten/src/ATen/native/mps/operations/Linear.mm _mps_linear: 'MPS device does "
+    "not support linear for non-float inputs' (and weights); common_mps.py "
+    "UNIMPLEMENTED_XFAILLIST nn.functional.linear: GEMM on MPS is not supported "
+    "for integral types"
+)
+
+
+def _linear(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
+    # On the CPU linear decomposes into addmm/matmul, which MPS has for
+    # integers too; on MPS linear has a kernel of its own that refuses them.
+    named = (
+        ("inputs", args[0] if args else kwargs.get("input")),
+        ("weights", args[1] if len(args) > 1 else kwargs.get("weight")),
+    )
+    for role, value in named:
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            name = str(dtype).removeprefix("torch.")
+            return Verdict(
+                RAISES,
+                f"linear of {name} {role}: MPS device does not support linear "
+                f"for non-float {role}",
+                _LINEAR_SOURCE,
+                CERTAIN,
+            )
+    return None
+
+
+def call_rules() -> dict[Any, tuple[str, Callable[..., Verdict | None]]]:
+    """Rules read off torch API calls: function -> (the aten op on MPS, rule)."""
+    import torch
+
+    return {torch.nn.functional.linear: ("aten::linear", _linear)}
 
 
 # -- dtypes ----------------------------------------------------------------------------
