@@ -44,11 +44,13 @@ with the torch call each op runs under (svd vs svdvals, F.linear of integers)
 0.926, bfloat16 0.964 / 0.931, int64 0.968 / 0.968, bool 0.933 / 0.875.
 The twelve misses: sort and argsort at float16/bfloat16/bool (six; ON_MPS_XFAILLIST
 says ties are ordered differently, "undefined behaviour": they run), matrix_norm
-and linalg.norm at float32 (three; their first sample, a Frobenius or vector
-norm, runs on MPS, other samples need svdvals), log_softmax with dtype= (two;
+and linalg.norm at float32 (three; their first sample reaches no SVD, and the
+audit flags it only when a call does), log_softmax with dtype= (two;
 no PyTorch source found that says why), svd_lowrank (its code calls
-torch.linalg.qr and torch.linalg.svd, both of which MPS runs). Five false alarms:
-channel_shuffle, which the yaml gives no MPS kernel though PyTorch's tests pass.
+torch.linalg.qr and torch.linalg.svd, which the yaml and MPSFallback.mm let
+MPS run). Five false alarms:
+channel_shuffle, which the yaml gives no MPS kernel and PyTorch's lists do not
+mark failing.
 """
 
 from __future__ import annotations
