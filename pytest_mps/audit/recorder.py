@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_mps.audit import ops as mps_ops
 
 if TYPE_CHECKING:
-    from pytest_mps.audit.rules import Call
+    from pytest_mps.audit.rules import Call, Verdict
 
 
 def _is_allowed(op: str, allowed: frozenset[str] | None) -> bool:
@@ -157,16 +157,7 @@ class Recorder:
         op, rule = found
         verdict = rule(args, kwargs)
         if verdict is not None:
-            self._note(
-                "op",
-                op,
-                verdict.outcome,
-                verdict.rule,
-                op,
-                verdict.source,
-                verdict.certainty,
-                "call rule",
-            )
+            self._note_verdict(op, verdict, "call rule")
 
     def _note(
         self,
@@ -197,6 +188,18 @@ class Recorder:
             "count": 1,
             "first": user_location(),
         }
+
+    def _note_verdict(self, op: str, verdict: Verdict, rule: str) -> None:
+        self._note(
+            "op",
+            op,
+            verdict.outcome,
+            verdict.rule,
+            op,
+            verdict.source,
+            verdict.certainty,
+            rule,
+        )
 
     def _expected_sync(self, op: str) -> bool:
         """True for a read-back by design: optimizer counters, listed functions."""
@@ -238,16 +241,7 @@ class Recorder:
         rule = self.rules.get(op)
         verdict = rule(args, kwargs, self.call) if rule is not None else None
         if verdict is not None:
-            self._note(
-                "op",
-                op,
-                verdict.outcome,
-                verdict.rule,
-                op,
-                verdict.source,
-                verdict.certainty,
-                "argument rule",
-            )
+            self._note_verdict(op, verdict, "argument rule")
         elif rule is None and prediction.outcome in _ROW_OUTCOMES:
             self._note(
                 "op",
