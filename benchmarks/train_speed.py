@@ -492,8 +492,19 @@ def run_nanogpt_train(pkg, args, compile: bool, log_interval: int) -> dict[str, 
     cfg = template_config(pkg, args)
     device = pkg.device.pick_device(cfg.device)
     dtype = pkg.device.pick_dtype(device, cfg.dtype)
-    source = Path(args.nanogpt)
     work = Path(tempfile.mkdtemp(prefix="nanogpt-run-", dir=args.data_dir.parent))
+    try:
+        return _nanogpt_train_in(
+            work, pkg, args, cfg, device, dtype, compile, log_interval
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # a failed run leaves nothing either
+
+
+def _nanogpt_train_in(
+    work: Path, pkg, args, cfg, device, dtype, compile: bool, log_interval: int
+) -> dict[str, Any]:
+    source = Path(args.nanogpt)
     for name in ("train.py", "model.py", "configurator.py"):
         shutil.copyfile(source / name, work / name)
     write_nanogpt_data(Path(cfg.data_dir) / cfg.dataset, work / "data" / cfg.dataset)
@@ -558,7 +569,6 @@ def run_nanogpt_train(pkg, args, compile: bool, log_interval: int) -> dict[str, 
     peak = pkg.device.peak_flops(device, dtype)
     meta = json.loads((Path(cfg.data_dir) / cfg.dataset / "meta.json").read_text())
     gpt = pkg.model.GPT(pkg.train.model_config(cfg, meta["tokenizer"]))
-    shutil.rmtree(work, ignore_errors=True)
     return {
         "ms_per_iter": median,
         "ms_mean": statistics.fmean(timed),
