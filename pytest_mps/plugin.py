@@ -32,8 +32,10 @@ MODULES = (
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # Called once, when pytest registers this module; registering a module
     # replays the historic hooks (pytest_addhooks, pytest_addoption, ...) for
-    # it, in this order, exactly as pytest_plugins would. A module blocked
-    # with ``-p no:pytest_mps.<name>`` stays out, as it would there.
+    # it, in this order, as pytest_plugins would. A module blocked with
+    # ``-p no:pytest_mps.<name>`` stays out, as it would there. Unlike there,
+    # pytest does not rewrite these modules' asserts: they hold none a user
+    # reads (the assertion helpers register for rewriting in __init__).
     for name in MODULES:
         if pluginmanager.is_blocked(name) or pluginmanager.get_plugin(name) is not None:
             continue

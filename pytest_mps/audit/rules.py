@@ -207,11 +207,10 @@ def _convolution(
     return None
 
 
-#: aten op name -> rule deciding it from its arguments (None: leave it to the
-#: op table). Their ops are never blamed from PyTorch's lists: whether they fail
-#: depends on the arguments.
-#: aten op -> rule(args, kwargs, call): ``call`` is the torch API call the op
-#: runs under, when the audit saw one.
+#: aten op name -> rule(args, kwargs, call) deciding it from its arguments and
+#: ``call``, the torch API call the op runs under when the audit saw one (None:
+#: leave it to the op table). Their ops are never blamed from PyTorch's lists:
+#: whether they fail depends on the arguments.
 ARGUMENT_RULES: dict[
     str, Callable[[Sequence[Any], Mapping[str, Any], Call | None], Verdict | None]
 ] = {
