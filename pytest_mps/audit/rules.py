@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from pytest_mps.audit.ops import CERTAIN, FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
@@ -98,6 +99,7 @@ _SVD_FALLBACK_SOURCE = (
 )
 
 
+@lru_cache(maxsize=1)
 def _linalg_svd_callers() -> dict[Any, str]:
     """The torch calls that reach ``_linalg_svd`` through ``linalg_svd``.
 
@@ -137,20 +139,25 @@ def call_name(func: Any) -> str:
     return f"{module}.{name}"
 
 
+def _compute_uv(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """``compute_uv``, third in both ``_linalg_svd`` and ``torch.svd``."""
+    return bool(args[2] if len(args) > 2 else kwargs.get("compute_uv", True))
+
+
 def _svd(
     args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
 ) -> Verdict:
     # svdvals passes compute_uv=False, but not under a dispatch mode (it then
     # counts as a tensor subclass and asks for U and V too). The torch call
     # the op runs under (``call``) tells which way it came.
-    compute_uv = args[2] if len(args) > 2 else kwargs.get("compute_uv", True)
+    compute_uv = _compute_uv(args, kwargs)
     if call is not None:
         func, call_args, call_kwargs = call
         name = _linalg_svd_callers().get(func)
-        if name in ("torch.svd", "Tensor.svd"):
-            wanted = call_args[2] if len(call_args) > 2 else None
-            if not call_kwargs.get("compute_uv", True if wanted is None else wanted):
-                name = None  # singular values only: _linalg_svd directly
+        if name in ("torch.svd", "Tensor.svd") and not _compute_uv(
+            call_args, call_kwargs
+        ):
+            name = None  # singular values only: _linalg_svd directly
         if name is not None:
             return Verdict(
                 FORCED_FALLBACK,
