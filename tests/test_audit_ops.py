@@ -57,6 +57,17 @@ def test_a_delegate_without_mps_makes_linalg_svd_fall_back(
     assert prediction.rule == "structured_delegate _linalg_svd.U has no MPS kernel"
 
 
+def test_a_composite_kernel_beside_a_delegate_without_mps_runs(
+    table: mps_ops.OpTable,
+) -> None:
+    # all.dims delegates to all.dims_out (CPU, CUDA) and also lists
+    # CompositeExplicitAutograd all_dims_default: MPS gets the composite
+    # (the all and any OpInfos reach it, and PyTorch expects them to work on MPS)
+    for op in ("all.dims", "any.dims"):
+        assert table.codes[op] == "composite:CompositeExplicitAutograd"
+        assert table.predict(f"aten::{op}").outcome == mps_ops.COMPOSITE
+
+
 def test_an_op_with_only_cpu_and_cuda_keys_falls_back(table: mps_ops.OpTable) -> None:
     assert table.codes["_linalg_svd.U"] == "none"
     assert table.predict("aten::_linalg_svd.U").outcome == mps_ops.FALLBACK

@@ -8,11 +8,12 @@ to one op overload in this order (``classify``):
 2. ``structured``: it has a ``structured_delegate`` (``add.Tensor`` delegates to
    ``add.out``) and the delegate lists ``MPS``: codegen registers MPS kernels
    for the functional and in-place variants too. A delegate without ``MPS``
-   gives no kernel.
+   gives no kernel (but see 3: ``all.dims`` has one of each).
 3. ``composite``: its dispatch lists ``CompositeImplicitAutograd`` (also the
    default when an op has neither ``dispatch:`` nor a delegate),
    ``CompositeExplicitAutograd`` or ``CompositeExplicitAutogradNonFunctional``:
-   one kernel for every backend, built from other ops.
+   one kernel for every backend without a kernel of its own, built from other
+   ops, also beside a delegate that lacks the backend.
    A ``CompositeExplicitAutograd`` functional whose out= or in-place sibling
    has no MPS kernel (``frexp.Tensor`` -> ``frexp.Tensor_out``, ``put`` ->
    ``put_``) is ``composite-out``: its one kernel allocates and calls that
@@ -86,7 +87,7 @@ _COMPOSITE_KEYS = (
 )
 
 #: Cache-file layout version; bump when the stored table changes shape.
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,15 +281,20 @@ def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
     for f in parsed.native_functions:
         name = f.func.name
         delegate = f.structured_delegate
+        composite = next((k for k, idx in composites if name in idx), None)
         if name in own:
             code = "explicit"
+        elif delegate is not None and delegate in own:
+            code = f"structured:{delegate}"
+        elif composite is not None:
+            # also a delegate without the backend: all.dims delegates to
+            # all.dims_out (CPU, CUDA) and lists CompositeExplicitAutograd
+            # all_dims_default, which the dispatcher gives every other backend
+            code = f"composite:{composite}"
         elif delegate is not None:
-            tag = "structured" if delegate in own else "none"
-            code = f"{tag}:{delegate}"
+            code = f"none:{delegate}"
         else:
-            code = next(
-                (f"composite:{k}" for k, idx in composites if name in idx), "none"
-            )
+            code = "none"
         table[str(name)] = code
         if f.func.is_out_fn() or name.name.inplace:
             siblings.setdefault(str(name.name.base), []).append(name)
