@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import site
 import tempfile
 from collections.abc import Callable, Iterator
@@ -61,6 +62,23 @@ def _the_running_environment_is_left_as_found(site_dirs: list[str]) -> Iterator[
         f"the tests changed the environment they run in ({', '.join(site_dirs)}):"
         f" removed or changed {gone}, added {new}"
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_audit_cache_for_the_session(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    # The audit's caches (the op table, op_db traced: ~20 s) live under the
+    # user's cache dir, which pytester moves into each test's own HOME: every
+    # audited run would trace op_db again. One folder for the session instead
+    # (shared by pytest-xdist workers, whose base temps share a parent), and
+    # never the user's own cache.
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTEST_MPS_CACHE_DIR", str(base / "pytest-mps-cache"))
+        yield
 
 
 @pytest.fixture(scope="session")
