@@ -123,6 +123,37 @@ def test_a_failure_another_rule_explains_blames_nothing_more(
     assert "aten::put|float32" in found.blamed
 
 
+def test_an_opinfos_own_decorators_are_pytorchs_word_too(
+    small_lists: expectations.MpsLists,
+) -> None:
+    traces = {
+        "opinfos": {
+            **TRACES["opinfos"],
+            # not in common_mps.py, but decorated expectedFailure for TestConsistency
+            "channel_shuffle": {
+                "mps_dtypes": ["float32"],
+                "ops": {"float32": ["aten::channel_shuffle|float32"]},
+                "errors": {},
+                "consistency": {"float32": "xfail"},
+            },
+            # listed, but skipped by its own decorator: PyTorch does not say
+            "conv2d": {
+                **TRACES["opinfos"]["conv2d"],
+                "consistency": {"int64": "skip"},
+            },
+        }
+    }
+    found = expectations.attribute(traces, small_lists, (15, 0))
+    shuffle = found.blamed["aten::channel_shuffle|float32"]
+    assert (shuffle.opinfo, shuffle.source) == (
+        "channel_shuffle",
+        "op_db DecorateInfo(unittest.expectedFailure, 'TestConsistency')",
+    )
+    assert "aten::convolution|int64" not in found.blamed
+    # put, index_reduce (dtypesIfMPS), channel_shuffle; not the skipped conv2d
+    assert found.lacking == 3
+
+
 # -- in a user's suite --------------------------------------------------------------
 
 RULES_SUITE = """
@@ -233,6 +264,16 @@ def test_a_corrupt_opinfo_cache_is_traced_again_and_replaced_whole(
     assert lines and "once per torch version" in lines[0]
     assert json.loads(path.read_text()) == data
     assert "put" in data["opinfos"]
+    # every sample is traced: nanmedian.dim without keepdim comes after the
+    # first two samples (masked.median, expected to fail, runs it too)
+    nanmedian = data["opinfos"]["nanmedian"]["ops"]["float32"]
+    assert "aten::nanmedian.dim|float32" in nanmedian
+    # an OpInfo's own expectations for test_mps.py's TestConsistency
+    shuffle = data["opinfos"]["nn.functional.channel_shuffle"]["consistency"]
+    assert shuffle["float32"] == shuffle["int64"] == "xfail"
+    pad = data["opinfos"]["nn.functional.padreplicate_negative"]["consistency"]
+    assert pad["float32"] == "skip"
+    assert data["opinfos"]["put"]["consistency"] == {}
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left
     again, where = expectations.load_traces(tmp_path, torch.__version__)
     assert where == f"cache file {path}" and again == data

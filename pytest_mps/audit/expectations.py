@@ -8,8 +8,10 @@ Two sources ship in every torch wheel:
   ``SUPPORTED_COMPLEX_OPS``). Read with :mod:`ast`: the module itself imports
   test-only packages and defines its lists only on a Mac.
 - ``op_db``: each OpInfo's dtypes on the CPU and on MPS (``dtypesIfMPS``),
-  and the aten ops its sample inputs run, traced once per torch version by
-  :mod:`.opinfo_trace` in a subprocess and cached beside the yaml cache.
+  its own decorators for ``test_mps.py``'s ``TestConsistency`` (an
+  ``expectedFailure`` or a skip), and the aten ops its sample inputs run,
+  traced once per torch version by :mod:`.opinfo_trace` in a subprocess and
+  cached beside the yaml cache.
 
 :func:`attribute` turns "OpInfo X fails on MPS at dtype d" into "aten op Y at
 dtype d": the ``(op, dtype)`` keys X's samples run that no OpInfo expected to
@@ -43,6 +45,10 @@ SILENT_LISTS = ("SKIPLIST",)
 _MACOS_LIST = re.compile(r"MACOS_BEFORE_(\d+)_(\d+)_XFAILLIST$")
 _COMPLEX = ("complex32", "complex64")
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}
+
+
+#: The source named when an OpInfo's own decorator expects the MPS test to fail.
+_OWN_XFAIL = "op_db DecorateInfo(unittest.expectedFailure, 'TestConsistency')"
 
 
 class SourceError(Exception):
@@ -232,7 +238,7 @@ def load_traces(
     if progress is not None:
         progress(
             "pytest-mps: tracing torch's OpInfo samples for --mps-audit "
-            "(once per torch version, ~10 s)"
+            "(once per torch version, ~25 s)"
         )
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=path.name, suffix=".tmp")
@@ -299,16 +305,19 @@ def attribute(
     running: set[str] = set()
     for key, entry in traces["opinfos"].items():
         mps = set(entry["mps_dtypes"])
+        own = entry.get("consistency", {})
         for dtype, keys in entry["ops"].items():
             if dtype in entry["errors"]:
                 continue  # the sample raises on the CPU: no word on its ops
             verdict = lists.verdict(key, dtype, macos)
-            if verdict is None:
+            if verdict is None or own.get(dtype) == "skip":
                 continue
             fails, source = verdict
             if fails:
                 comment = lists.comment(source, key)
                 lacking[(key, dtype)] = (f"common_mps.py {source}", comment)
+            elif own.get(dtype) == "xfail":
+                lacking[(key, dtype)] = (_OWN_XFAIL, "")
             elif dtype not in mps:
                 lacking[(key, dtype)] = ("op_db dtypesIfMPS leaves it out", "")
             else:

@@ -1,11 +1,14 @@
 """Which aten ops each OpInfo of torch's ``op_db`` runs: the OpInfo -> aten map.
 
 PyTorch's MPS expectations (``common_mps.py``) name OpInfos; the audit sees
-aten ops. This module runs each OpInfo's first sample inputs per dtype on the
-CPU under the audit's own watch mode and records the ``(aten op, dtype)``
-keys they run (:func:`op_key`), so the expectations can be mapped onto aten
-ops by :mod:`.expectations`. Sample inputs are made as PyTorch's MPS tests get
-them (``sample_inputs("mps", ...)``: no float64 arguments), with CPU tensors.
+aten ops. This module runs each OpInfo's sample inputs per dtype (all of
+them, as ``test_mps.py``'s ``test_output_match`` does) on the CPU under the
+audit's own watch mode and records the ``(aten op, dtype)`` keys they run
+(:func:`op_key`), so the expectations can be mapped onto aten ops by
+:mod:`.expectations`. Sample inputs are made as PyTorch's MPS tests get them
+(``sample_inputs("mps", ...)``: no float64 arguments), with CPU tensors. It
+also notes the expectations an OpInfo carries itself
+(:func:`consistency_verdicts`).
 
 It imports ``op_db``, which needs test-only packages (numpy, expecttest), and
 so runs in its own process, once per torch version::
@@ -38,11 +41,11 @@ TRACED_DTYPES = (
     "complex64",
 )
 
-#: How many sample inputs per (OpInfo, dtype) are traced.
-SAMPLES = 2
+#: How many sample inputs per (OpInfo, dtype) are traced (None: all of them).
+SAMPLES: int | None = None
 
 #: Format of the file this writes; the reader refuses others.
-FORMAT = 2
+FORMAT = 3
 
 
 def _to_cpu(value: Any) -> Any:
@@ -84,7 +87,14 @@ def _on_cpu_mode() -> Any:
 
 
 def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
-    """The op keys that ``op``'s first samples run at ``dtype_name``, or an error."""
+    """The op keys that ``op``'s samples run at ``dtype_name``, or an error.
+
+    Every sample is run, as PyTorch's ``test_output_match`` runs them: an op
+    key that only a later sample reaches (``nanmedian.dim`` of a
+    ``masked.median`` sample with ``dim=``) is still known to run. A sample
+    that raises on the CPU says nothing; the error is returned only when
+    every sample raises.
+    """
     import torch
 
     from pytest_mps.audit.rules import op_key
@@ -103,22 +113,74 @@ def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
             # iterator that walks the whole stack (inspect.stack) per sample
             found = op.sample_inputs_func(op, "mps", dtype, False)
             samples = list(_first(found, SAMPLES))
-        for sample in samples:
+    except Exception as exc:
+        return [], f"{type(exc).__name__}: {str(exc)[:200]}"
+    error: str | None = None
+    ran = 0
+    for sample in samples:
+        try:
             first = _to_cpu(sample.input)
             args = _to_cpu(sample.args)
             kwargs = _to_cpu(sample.kwargs)
             with watching([record], every_op=True):
                 op(first, *args, **kwargs)
-    except Exception as exc:  # a sample that fails on the CPU says nothing
-        return sorted(seen), f"{type(exc).__name__}: {str(exc)[:200]}"
+        except Exception as exc:  # this sample fails on the CPU: no word
+            error = error or f"{type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            ran += 1
+    if ran == 0:
+        return sorted(seen), error or "no sample inputs"
     return sorted(seen), None
 
 
-def _first(samples: Iterable[Any], count: int) -> Iterable[Any]:
+def _first(samples: Iterable[Any], count: int | None) -> Iterable[Any]:
     for index, sample in enumerate(samples):
-        if index >= count:
+        if count is not None and index >= count:
             return
         yield sample
+
+
+def consistency_verdicts(op: Any, dtypes: Iterable[str]) -> dict[str, str]:
+    """What an OpInfo's own decorators expect of its MPS test, per dtype.
+
+    The result maps a dtype name to ``"xfail"`` or ``"skip"``.
+
+    Besides common_mps.py, an OpInfo can carry PyTorch's MPS expectation
+    itself: ``nn.functional.channel_shuffle`` has
+    ``DecorateInfo(unittest.expectedFailure, 'TestConsistency')`` ("The
+    operator 'aten::channel_shuffle' is not currently implemented for the MPS
+    device"), ``nn.functional.pad``'s ``replicate_negative`` a
+    ``unittest.skip``. Asked the way ``test_mps.py`` asks them:
+    ``is_active("TestConsistency", "test_output_match", "mps", dtype, {})``.
+    """
+    import unittest
+
+    import torch
+
+    def dummy() -> None:
+        """A test body to apply a decorator to."""
+
+    found: dict[str, str] = {}
+    for info in getattr(op, "decorators", ()):
+        if not hasattr(info, "is_active"):
+            continue  # a bare decorator (precisionOverride): no expectation
+        for name in dtypes:
+            dtype = getattr(torch, name)
+            if not info.is_active(
+                "TestConsistency", "test_output_match", "mps", dtype, {}
+            ):
+                continue
+            for decorator in info.decorators:
+                if decorator is unittest.expectedFailure:
+                    found[name] = "xfail"
+                    continue
+                try:
+                    wrapped = decorator(dummy)
+                except Exception:  # a decorator that needs a real test
+                    continue
+                if getattr(wrapped, "__unittest_skip__", False):
+                    found.setdefault(name, "skip")
+    return found
 
 
 def trace_all(progress: bool = True) -> dict[str, Any]:
@@ -129,6 +191,9 @@ def trace_all(progress: bool = True) -> dict[str, Any]:
     from torch.testing._internal.common_methods_invocations import op_db
 
     warnings.simplefilter("ignore")
+    # samples are tiny: a thread pool only spins, and two traces at once
+    # (pytest-xdist workers) took 89 s each with 2 threads, 23 s with 1
+    torch.set_num_threads(1)
     start = time.perf_counter()
     result: dict[str, Any] = {}
     op: Any
@@ -141,6 +206,7 @@ def trace_all(progress: bool = True) -> dict[str, Any]:
             "mps_dtypes": sorted(mps),
             "ops": {},
             "errors": {},
+            "consistency": consistency_verdicts(op, TRACED_DTYPES),
         }
         for dtype in TRACED_DTYPES:
             if dtype not in cpu:
