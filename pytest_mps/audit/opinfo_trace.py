@@ -92,8 +92,8 @@ def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
     Every sample is run, as PyTorch's ``test_output_match`` runs them: an op
     key that only a later sample reaches (``nanmedian.dim`` of a
     ``masked.median`` sample with ``dim=``) is still known to run. A sample
-    that raises on the CPU says nothing; the error is returned only when
-    every sample raises.
+    that raises on the CPU says nothing (not even the ops it ran before it
+    raised); the error is returned only when every sample raises.
     """
     import torch
 
@@ -101,9 +101,10 @@ def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
     from pytest_mps.watch.mode import watching
 
     seen: set[str] = set()
+    this_sample: set[str] = set()
 
     def record(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        seen.add(op_key(func.name(), args, kwargs, torch.Tensor))
+        this_sample.add(op_key(func.name(), args, kwargs, torch.Tensor))
 
     dtype = getattr(torch, dtype_name)
     torch.manual_seed(0)
@@ -118,6 +119,7 @@ def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
     error: str | None = None
     ran = 0
     for sample in samples:
+        this_sample.clear()
         try:
             first = _to_cpu(sample.input)
             args = _to_cpu(sample.args)
@@ -128,6 +130,7 @@ def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
             error = error or f"{type(exc).__name__}: {str(exc)[:200]}"
         else:
             ran += 1
+            seen.update(this_sample)
     if ran == 0:
         return sorted(seen), error or "no sample inputs"
     return sorted(seen), None
