@@ -68,7 +68,7 @@ def _the_running_environment_is_left_as_found(site_dirs: list[str]) -> Iterator[
 def _one_audit_cache_for_the_session(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[None]:
-    # The audit's caches (the op table, op_db traced: ~20 s) live under the
+    # The audit's caches (the op table, op_db traced: ~25 s) live under the
     # user's cache dir, which pytester moves into each test's own HOME: every
     # audited run would trace op_db again. One folder for the session instead
     # (shared by pytest-xdist workers, whose base temps share a parent), and

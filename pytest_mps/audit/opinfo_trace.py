@@ -90,8 +90,9 @@ def trace_opinfo(op: Any, dtype_name: str) -> tuple[list[str], str | None]:
     """The op keys that ``op``'s samples run at ``dtype_name``, or an error.
 
     Every sample is run, as PyTorch's ``test_output_match`` runs them: an op
-    key that only a later sample reaches (``nanmedian.dim`` of a
-    ``masked.median`` sample with ``dim=``) is still known to run. A sample
+    key that only a later sample reaches (``nanmedian.dim`` without
+    ``keepdim``, from the nanmedian OpInfo's third sample on) is still known
+    to run. A sample
     that raises on the CPU says nothing (not even the ops it ran before it
     raised); the error is returned only when every sample raises.
     """
@@ -176,14 +177,17 @@ def consistency_verdicts(op: Any, dtypes: Iterable[str]) -> dict[str, str]:
             for decorator in info.decorators:
                 if decorator is unittest.expectedFailure:
                     found[name] = "xfail"
-                    continue
-                try:
-                    wrapped = decorator(dummy)
-                except Exception:  # a decorator that needs a real test
-                    continue
-                if getattr(wrapped, "__unittest_skip__", False):
+                elif getattr(_applied(decorator, dummy), "__unittest_skip__", False):
                     found.setdefault(name, "skip")
     return found
+
+
+def _applied(decorator: Any, test: Any) -> Any:
+    """``decorator(test)``, or None for a decorator that needs a real test."""
+    try:
+        return decorator(test)
+    except Exception:
+        return None
 
 
 def trace_all(progress: bool = True) -> dict[str, Any]:
