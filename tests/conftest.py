@@ -81,6 +81,29 @@ def _one_audit_cache_for_the_session(
         yield
 
 
+@pytest.fixture
+def expected_syncs_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project whose ini names ``evaluation.py::mean_loss`` a read-back by
+    design (``mps_expected_host_syncs``); ``evaluation.sloppy`` reads back too."""
+    pytester.makeini(
+        """
+        [pytest]
+        mps_expected_host_syncs =
+            evaluation.py::mean_loss
+        """
+    )
+    pytester.makepyfile(
+        evaluation="""
+        def mean_loss(losses):
+            return losses.mean().item()  # one read-back per evaluation, by design
+
+        def sloppy(losses):
+            return losses.sum().item()
+        """
+    )
+    return pytester
+
+
 @pytest.fixture(scope="session")
 def cookiecutter_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cookiecutter config file that keeps its replay files in this session's tmp.

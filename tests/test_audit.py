@@ -405,23 +405,10 @@ def test_the_op_table_is_loaded_only_when_auditing(
 
 
 def test_the_audit_leaves_out_host_syncs_in_expected_functions(
-    pytester: pytest.Pytester,
+    expected_syncs_project: pytest.Pytester,
 ) -> None:
-    pytester.makeini(
-        """
-        [pytest]
-        mps_expected_host_syncs =
-            evaluation.py::mean_loss
-        """
-    )
+    pytester = expected_syncs_project
     pytester.makepyfile(
-        evaluation="""
-        def mean_loss(losses):
-            return losses.mean().item()  # one read-back per evaluation, by design
-
-        def sloppy(losses):
-            return losses.sum().item()
-        """,
         test_loop="""
         import torch
         from evaluation import mean_loss, sloppy

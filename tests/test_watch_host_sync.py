@@ -220,23 +220,10 @@ def test_optimizer_step_counters_on_the_cpu_are_not_host_syncs(
 
 
 def test_expected_host_syncs_in_named_functions_pass_and_others_fail(
-    pytester: pytest.Pytester,
+    expected_syncs_project: pytest.Pytester,
 ) -> None:
-    pytester.makeini(
-        """
-        [pytest]
-        mps_expected_host_syncs =
-            evaluation.py::mean_loss
-        """
-    )
+    pytester = expected_syncs_project
     pytester.makepyfile(
-        evaluation="""
-        def mean_loss(losses):
-            return losses.mean().item()  # one read-back per evaluation, by design
-
-        def sloppy(losses):
-            return losses.sum().item()
-        """,
         test_loop="""
         import pytest, torch
         from evaluation import mean_loss, sloppy
