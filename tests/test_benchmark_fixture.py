@@ -45,8 +45,8 @@ def test_call_returns_the_result_and_exposes_stats(pytester: pytest.Pytester) ->
     result.stdout.fnmatch_lines(
         [
             "*pytest-mps benchmark: 1 measured*",
-            "Name (time in *)*Device*Min*Median*Mean*IQR*Rounds*Iters*Dispatch/*",
-            "test_sum *cpu*",
+            "Name (time in *)*Min*Max*Mean*StdDev*Median*IQR*Outliers*OPS*",
+            "test_sum *",
         ]
     )
 
@@ -118,7 +118,10 @@ def test_pedantic_with_setup_and_several_iterations(pytester: pytest.Pytester) -
     [
         ("pedantic(sum, ([1],), rounds=0)", "rounds must be an integer >= 1, got 0"),
         ("pedantic(sum, ([1],), iterations=1.5)", "iterations must be an integer >= 1"),
-        ("pedantic(sum, ([1],), setup=lambda: None)", "not both"),
+        (
+            "pedantic(sum, ([1],), setup=lambda: (([2],), {}))",
+            "setup returned arguments, and args or kwargs were given too",
+        ),
         ("measure('', sum, [1])", "name must be a non-empty string"),
         ("measure('a', 42)", "42 is not callable"),
     ],
@@ -147,7 +150,7 @@ def test_marker_group_rounds_and_warmup_reach_table_and_json(
     pytester.makepyfile(MARKED.format(args="group='sums', rounds=7, warmup=3"))
     result = run(pytester, "--mps-benchmark-json=out.json")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*1 measured (group 'sums')*"])
+    result.stdout.fnmatch_lines(["*1 measured on cpu (group 'sums')*"])
     bench = entries(pytester.path / "out.json")["test_marked"]
     assert bench["group"] == "sums"
     assert bench["stats"]["rounds"] == 7  # type: ignore[index]
@@ -349,7 +352,7 @@ def test_loads_beside_pytest_benchmark_without_clashes(
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["*1 measured (group 'ours')*", "*benchmark 'theirs': 1 tests*"]
+        ["*1 measured on cpu (group 'ours')*", "*benchmark 'theirs': 1 tests*"]
     )
     assert entries(pytester.path / "ours.json")["test_both"]["group"] == "ours"
     theirs = json.loads((pytester.path / "theirs.json").read_text())["benchmarks"]
@@ -399,7 +402,7 @@ def test_the_label_follows_the_accelerator_tensors_passed_to_the_call() -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pytest_mps.benchmark.plugin import _argument_devices
+    from pytest_mps.benchmark.targets import _argument_devices
 
     with FakeTensorMode():
         on_mps = torch.zeros(2, device="mps")

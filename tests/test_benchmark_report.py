@@ -9,7 +9,8 @@ from pytest_mps.benchmark.report import device_table, format_time, results_table
 
 def entry(name: str, device: str, median: float, **extra: Any) -> dict[str, Any]:
     stats = {"min": median * 0.9, "median": median, "mean": median * 1.1}
-    stats.update(iqr=median * 0.05, rounds=10, iterations=3)
+    stats.update(max=median * 2, stddev=median * 0.1, ops=1 / median / 1.1)
+    stats.update(iqr=median * 0.05, rounds=10, iterations=3, outliers="1;0")
     info = {"device": device, "base_name": name, "dispatch_ratio": 0.2}
     info.update(verdict=None if device == "cpu" else "device-bound", **extra)
     return {

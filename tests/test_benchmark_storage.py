@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_mps.benchmark import storage
+from pytest_mps.benchmark.options import parse_fail_expr
 
 FAST = (
     "-p",
@@ -142,6 +144,9 @@ def _slow_down_baseline(path: Path, factor: float) -> None:
     for bench in doc["benchmarks"]:
         for key in ("min", "max", "mean", "median"):
             bench["stats"][key] *= factor
+        bench["stats"]["data"] = [v * factor for v in bench["stats"].get("data", [])]
+        ci = bench["extra_info"]["median_ci99"] or []
+        bench["extra_info"]["median_ci99"] = [v * factor for v in ci] or None
     path.write_text(json.dumps(doc))
 
 
@@ -162,7 +167,9 @@ def test_compare_fail_fails_the_session_on_a_regression(
     result.stdout.fnmatch_lines(
         [
             "*pytest-mps benchmark regressions*",
-            "FAILED *test_sum: median * us vs * us (+*%, limit median:50%)",
+            "Name * Stat * Baseline (*s) * Now (*s) * Change * Threshold (*s) *",
+            "test_sum * median * +*% * (median:50%) * 99% CIs apart",
+            "*3 passed, 3 benchmarks regressed in *",
         ]
     )
     # A generous absolute threshold lets the same run pass.
@@ -193,17 +200,17 @@ def test_a_marker_threshold_replaces_the_sessions(pytester: pytest.Pytester) -> 
     pytester.makeini("[pytest]\nmps_benchmark_compare_fail = median:5%\n")
     result = run(pytester, "--mps-benchmark-compare")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["FAILED *::test_strict: median*"])
-    result.stdout.no_fnmatch_line("FAILED *::test_lenient*")
+    result.stdout.fnmatch_lines(
+        ["test_strict * median *", "*2 passed, 1 benchmark regressed in *"]
+    )
+    result.stdout.no_fnmatch_line("test_lenient * median *")
 
 
 def test_missing_baseline_is_a_clear_message_not_a_traceback(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(TESTS)
-    result = run(
-        pytester, "--mps-benchmark-compare", "--mps-benchmark-compare-fail=min:5%"
-    )
+    result = run(pytester, "--mps-benchmark-compare")
     result.assert_outcomes(passed=3)
     assert result.ret == 0
     result.stdout.fnmatch_lines(
@@ -214,6 +221,81 @@ def test_missing_baseline_is_a_clear_message_not_a_traceback(
         ]
     )
     result.stdout.no_fnmatch_line("*Traceback*")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--mps-benchmark-compare-fail=min:5%",),
+            "--mps-benchmark-compare-fail needs a baseline: add "
+            "--mps-benchmark-compare [[]RUN[]]",
+        ),
+        (
+            ("--mps-benchmark-compare", "--mps-benchmark-compare-fail=min:5%"),
+            "--mps-benchmark-compare-fail needs a baseline: .benchmarks holds no "
+            "saved run; save one first with --mps-benchmark-save NAME or "
+            "--mps-benchmark-autosave",
+        ),
+    ],
+)
+def test_the_gate_without_a_baseline_is_a_usage_error_in_one_line(
+    pytester: pytest.Pytester, args: tuple[str, ...], message: str
+) -> None:
+    pytester.makepyfile(TESTS)
+    result = run(pytester, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
+
+
+def test_the_gate_with_no_matching_run_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    result = run(
+        pytester,
+        "--mps-benchmark-compare=nightly",
+        "--mps-benchmark-compare-fail=median:5%",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --mps-benchmark-compare-fail needs a baseline: no saved run "
+            "matches 'nightly' in .benchmarks"
+        ]
+    )
+
+
+def test_the_gate_without_this_machines_runs_fails_after_the_tests_with_exit_4(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    path.parent.rename(path.parent.with_name("Darwin-CPython-3.12-64bit-M3"))
+    result = run(
+        pytester, "--mps-benchmark-compare", "--mps-benchmark-compare-fail=median:5%"
+    )
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stdout.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        "ERROR: --mps-benchmark-compare-fail needs a baseline: no baseline for "
+        "this machine:"
+    )
+
+
+def test_ini_thresholds_alone_apply_only_when_comparing(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nmps_benchmark_compare_fail = median:5%\n")
+    pytester.makepyfile(TESTS)
+    result = run(pytester)
+    result.assert_outcomes(passed=3)
+    assert result.ret == 0
 
 
 def test_another_machines_runs_are_named_but_not_used(
@@ -355,16 +437,19 @@ def test_machine_info_lists_the_gpus_the_benchmarks_ran_on() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "stat", "amount", "percent"),
-    [("median:10%", "median", 10.0, True), ("min:0.001", "min", 0.001, False)],
+    ("text", "stat", "amount", "percent", "limit"),
+    [
+        ("median:10%", "median", 10.0, True, 1.1),
+        ("min:0.001", "min", 0.001, False, 1.001),
+    ],
 )
 def test_compare_fail_expressions(
-    text: str, stat: str, amount: float, percent: bool
+    text: str, stat: str, amount: float, percent: bool, limit: float
 ) -> None:
-    expr = storage.parse_fail_expr(text, "x")
+    expr = parse_fail_expr(text, "x")
     assert (expr.stat, expr.amount, expr.percent) == (stat, amount, percent)
     assert str(expr) == text
-    assert expr.regression(1.0, 1.0) is None
+    assert expr.limit(1.0) == pytest.approx(limit)
 
 
 def test_json_path_is_relative_to_the_invocation_directory(
@@ -394,3 +479,95 @@ def test_compare_never_takes_a_following_test_path_as_the_run(
             "after the paths*"
         ]
     )
+
+
+def _save_after(barrier: Any, folder: str, index: int) -> None:
+    doc = {"machine_info": {"machine_key": "m"}, "benchmarks": [], "index": index}
+    barrier.wait()  # every process saves at the same moment
+    storage.save_run(Path(folder), doc, "base")
+
+
+def test_concurrent_saves_keep_every_run(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(6)
+    workers = [
+        context.Process(target=_save_after, args=(barrier, str(tmp_path), i))
+        for i in range(6)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    names = sorted(p.name for p in (tmp_path / "m").glob("*.json"))
+    assert names == [f"{i:04d}_base.json" for i in range(1, 7)]
+    kept = sorted(
+        json.loads((tmp_path / "m" / name).read_text())["index"] for name in names
+    )
+    assert kept == list(range(6))
+
+
+def test_two_sessions_saving_at_once_keep_both_runs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    command = [sys.executable, "-m", "pytest", *FAST, "--mps-benchmark-save=base"]
+    sessions = [
+        subprocess.Popen(
+            command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for _ in range(2)
+    ]
+    for session in sessions:
+        out, _ = session.communicate(timeout=300)
+        assert session.returncode == 0, out.decode()
+    assert [p.name for p in saved(pytester)] == ["0001_base.json", "0002_base.json"]
+
+
+def test_a_run_is_saved_without_its_rounds_unless_asked(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=lean").assert_outcomes(passed=3)
+    run(
+        pytester, "--mps-benchmark-save=full", "--mps-benchmark-save-data"
+    ).assert_outcomes(passed=3)
+    lean, full = (json.loads(p.read_text())["benchmarks"] for p in saved(pytester))
+    assert all("data" not in b["stats"] for b in lean)
+    assert all(len(b["stats"]["data"]) == b["stats"]["rounds"] for b in full)
+    assert all(len(b["extra_info"]["median_ci99"]) == 2 for b in lean)
+
+
+def test_a_baseline_with_rounds_is_compared_by_mann_whitney(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(
+        pytester, "--mps-benchmark-save=base", "--mps-benchmark-save-data"
+    ).assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    _slow_down_baseline(path, 0.1)
+    result = run(
+        pytester, "--mps-benchmark-compare", "--mps-benchmark-compare-fail=median:50%"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["test_sum * median * Mann-Whitney p=*"])
+
+
+def test_a_regression_is_counted_beside_plugins_that_read_every_report(
+    pytester: pytest.Pytester,
+) -> None:
+    # The Hypothesis plugin reads the __dict__ of every entry in the stats.
+    pytest.importorskip("hypothesis")
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    _slow_down_baseline(path, 0.1)
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--mps-benchmark-max-time=0.01",
+        "--mps-benchmark-compare",
+        "--mps-benchmark-compare-fail=median:50%",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*3 passed, * regressed in *"])
+    result.stdout.no_fnmatch_line("*Traceback*")

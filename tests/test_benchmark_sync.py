@@ -132,7 +132,7 @@ def test_a_conftest_sync_hook_makes_the_fixture_wait_for_its_queue(
         "-s", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*test_timed*cpu*device-bound*"])
+    result.stdout.fnmatch_lines(["*measured on cpu*", "*test_timed*device-bound*"])
 
 
 def test_without_the_hook_the_fixture_reads_only_the_enqueue_cost(

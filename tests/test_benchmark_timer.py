@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_mps.benchmark import timer
 from pytest_mps.benchmark.stats import Stats
 from pytest_mps.benchmark.timer import (
     MAX_ITERATIONS,
@@ -106,17 +107,24 @@ def test_warmup_runs_until_the_times_settle() -> None:
     assert result.first_call is not None and result.first_call >= 0.008
 
 
-def test_warmup_that_never_settles_stops_at_max_time_and_says_so() -> None:
-    calls = {"n": 0}
+def test_warmup_that_never_settles_stops_at_max_time_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fake clock: every call takes 20% longer than the one before, so no two
+    # windows of rounds ever agree, whatever the machine's load.
+    now = [0.0]
+    step = [1e-3]
 
     def slower_and_slower() -> None:
-        calls["n"] += 1
-        time.sleep(0.0002 * calls["n"])
+        step[0] *= 1.2
+        now[0] += step[0]
 
-    started = time.perf_counter()
-    result, _ = measure(slower_and_slower, settings=Settings(max_time=0.05))
+    monkeypatch.setattr(timer, "clock", lambda: now[0])
+    result, _ = measure(
+        slower_and_slower, settings=Settings(max_time=0.5, iterations=1, rounds=5)
+    )
     assert result.warmup_stable is False
-    assert time.perf_counter() - started < 2
+    assert 0 < result.warmup_rounds < 1000
 
 
 def test_fixed_warmup_rounds_and_iterations_call_exactly_that_often() -> None:
@@ -183,14 +191,21 @@ def test_device_events_are_cross_checked_and_wall_time_wins(
 
 
 def test_peak_memory_is_the_largest_reading_at_round_ends() -> None:
-    readings = iter([5, 70, 20] + [10] * 1000)
+    # Fixed rounds and iterations, no warmup: exactly one reading per round,
+    # however long a round takes on a loaded machine.
+    readings = iter([5, 70, 20, 10, 10])
     resets: list[int] = []
     probe = Probe(
         reset_peak_memory=lambda: resets.append(1), memory=lambda: next(readings)
     )
-    result, _ = measure(lambda: None, probe=probe, settings=Settings(max_time=0.01))
+    result, _ = measure(
+        lambda: None,
+        probe=probe,
+        settings=Settings(warmup=False, rounds=5, iterations=1),
+    )
     assert result.peak_memory == 70
     assert resets == [1]
+    assert next(readings, None) is None  # every reading was taken
 
 
 def test_cpu_gives_no_verdict_and_no_events() -> None:
@@ -198,3 +213,20 @@ def test_cpu_gives_no_verdict_and_no_events() -> None:
     assert result.verdict is None
     assert result.device_time is None and result.events_agree is None
     assert result.extra_info()["verdict"] is None
+
+
+def test_teardown_runs_after_each_round_with_each_calls_arguments() -> None:
+    made: list[int] = []
+    torn: list[int] = []
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        made.append(len(made))
+        return (made[-1],), {}
+
+    measure(
+        lambda x: x,
+        setup=setup,
+        teardown=torn.append,
+        settings=Settings(warmup=1, rounds=2, iterations=3),
+    )
+    assert torn == made == list(range(9))

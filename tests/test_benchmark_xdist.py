@@ -1,8 +1,10 @@
-"""Under pytest-xdist every worker's measurements reach the controller."""
+"""Under pytest-xdist: every worker's results reach the controller, and workers
+take turns to measure."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -32,11 +34,115 @@ def test_every_workers_results_reach_the_table_and_the_json(
         "--mps-benchmark-json=out.json",
     )
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*pytest-mps benchmark: 6 measured*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-mps benchmark: 6 measured on cpu*",
+            "pytest-mps benchmark: 2 xdist workers took turns, one benchmark "
+            "measuring at a time; they waited * s in all for their turn",
+        ]
+    )
     for n in range(6):
-        result.stdout.fnmatch_lines([f"test_bench[[]{n}[]]::sum *cpu*"])
+        result.stdout.fnmatch_lines([f"test_bench[[]{n}[]]::sum *"])
     doc = json.loads((pytester.path / "out.json").read_text())
     names = sorted(b["name"] for b in doc["benchmarks"])
     assert names == [f"test_bench[{n}]::sum" for n in range(6)]
     workers = {b["extra_info"]["worker"] for b in doc["benchmarks"]}
     assert workers == {"gw0", "gw1"}
+
+
+OVERLAP = """
+import json
+import os
+import time
+
+import pytest
+
+@pytest.mark.parametrize("n", range(6))
+def test_bench(mps_benchmark, n):
+    calls = []
+
+    def work():
+        calls.append(time.time())
+        return sum(range(2000))
+
+    mps_benchmark(work)
+    # The wall-clock span of this benchmark's measured section.
+    mps_benchmark.extra_info["span"] = [calls[0], calls[-1]]
+    mps_benchmark.extra_info["worker"] = os.environ["PYTEST_XDIST_WORKER"]
+
+@pytest.mark.parametrize("n", range(4))
+def test_plain(n):
+    time.sleep(0.05)
+"""
+
+
+def _spans(path: Path) -> list[tuple[float, float, str]]:
+    doc = json.loads(path.read_text())
+    return sorted(
+        (*b["extra_info"]["span"], b["extra_info"]["worker"]) for b in doc["benchmarks"]
+    )
+
+
+def test_workers_take_turns_so_measured_sections_never_overlap(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(OVERLAP)
+    lock = pytester.path / "bench.lock"
+    result = pytester.runpytest_subprocess(
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--mps-benchmark-max-time=0.05",
+        f"--mps-benchmark-lock={lock}",
+        "--mps-benchmark-json=out.json",
+    )
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps benchmarks: 2 xdist workers take turns, one benchmark "
+            f"measures at a time ({lock}); other tests run in parallel",
+        ]
+    )
+    spans = _spans(pytester.path / "out.json")
+    assert {worker for _, _, worker in spans} == {"gw0", "gw1"}
+    for (_, end, _), (start, _, _) in zip(spans, spans[1:], strict=False):
+        assert end <= start
+
+
+def test_without_the_lock_the_header_says_timings_disturb_each_other(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(OVERLAP)
+    result = pytester.runpytest_subprocess(
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--mps-benchmark-max-time=0.05",
+        "--mps-benchmark-lock=off",
+    )
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps benchmarks: 2 xdist workers measure at the same time "
+            "(--mps-benchmark-lock=off): their timings disturb each other"
+        ]
+    )
+
+
+def test_a_lock_file_that_cannot_be_made_fails_the_benchmark_naming_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_b(mps_benchmark):\n    mps_benchmark(sum, [1])\n")
+    pytester.path.joinpath("a_file").write_text("not a folder")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--mps-benchmark-max-time=0.01",
+        "--mps-benchmark-lock=a_file/x.lock",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*--mps-benchmark-lock: cannot use the lock file a_file/x.lock*"]
+    )

@@ -6,11 +6,13 @@ import gc
 import json
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_mps import accelerator, backend
+from pytest_mps.benchmark.lock import measuring
 from pytest_mps.benchmark.options import PROPERTY, Settings
 from pytest_mps.benchmark.stats import Stats
 from pytest_mps.benchmark.storage import cpu_name
@@ -99,9 +101,14 @@ def release_memory(devices: list[str]) -> None:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` where JSON can hold it (lists, dicts too), else its text."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    return str(value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
 
 
 class MpsBenchmark:
@@ -116,14 +123,21 @@ class MpsBenchmark:
         ],
         group: str | None,
         compare_fail: tuple[str, ...],
+        *,
+        lock: Path | None = None,
+        disabled: bool = False,
     ) -> None:
         self._item = item
+        self._lock = lock
+        #: True under --mps-benchmark-disable: functions run once, untimed.
+        self.disabled = disabled
         self._settings = settings
         self._targets = targets
         self._probe: Probe | None = None
         self._results: dict[str | None, Result] = {}
         self._last: Result | None = None
         self._pending: list[tuple[str | None, Result, Settings]] = []
+        self._waited: dict[str | None, float] = {}
         #: The device the measurements are labelled with (``cpu``, ``cuda:0``).
         self.device, self.synced_devices = targets(item, (), {})
         #: The group the results are shown and saved under.
@@ -131,6 +145,9 @@ class MpsBenchmark:
         self.compare_fail = compare_fail
         #: Saved into every measurement's JSON ``extra_info``.
         self.extra_info: dict[str, Any] = {}
+        #: False: never the reference of its group's ratio column (pytest-benchmark's
+        #: ``baseline=False``).
+        self.baseline = True
 
     # -- public API -----------------------------------------------------------------
 
@@ -163,6 +180,7 @@ class MpsBenchmark:
         kwargs: Mapping[str, Any] | None = None,
         *,
         setup: Callable[[], Any] | None = None,
+        teardown: Callable[..., Any] | None = None,
         rounds: int = 1,
         warmup_rounds: int = 0,
         iterations: int = 1,
@@ -173,6 +191,7 @@ class MpsBenchmark:
         ``setup`` runs before every call, off the clock, and may return
         ``(args, kwargs)`` for it; unlike pytest-benchmark it works with
         ``iterations > 1`` (each round's inputs are prepared up front).
+        ``teardown(*args, **kwargs)`` runs after each round, off the clock.
         """
         for label, value, low in (
             ("rounds", rounds, 1),
@@ -183,21 +202,14 @@ class MpsBenchmark:
                 raise ValueError(
                     f"pedantic: {label} must be an integer >= {low}, got {value!r}"
                 )
-        if setup is not None and (args or kwargs):
-            raise TypeError(
-                "pedantic: give the arguments through setup's return value "
-                "(args, kwargs) or through args/kwargs, not both"
-            )
         if name in self._results:
             raise ValueError(f"pedantic: {name!r} was already measured in this test")
-        settings = Settings(
-            warmup=warmup_rounds,
-            rounds=rounds,
-            iterations=iterations,
-            min_time=self._settings.min_time,
-            max_time=self._settings.max_time,
+        settings = self._settings._replace(
+            warmup=warmup_rounds, rounds=rounds, iterations=iterations
         )
-        return self._run(name, fn, tuple(args), dict(kwargs or {}), setup, settings)
+        return self._run(
+            name, fn, tuple(args), dict(kwargs or {}), setup, settings, teardown
+        )
 
     @property
     def result(self) -> Result:
@@ -229,17 +241,28 @@ class MpsBenchmark:
         kwargs: dict[str, Any],
         setup: Callable[[], Any] | None,
         settings: Settings,
+        teardown: Callable[..., Any] | None = None,
     ) -> Any:
         if not callable(fn):
             raise TypeError(f"mps_benchmark: {fn!r} is not callable")
+        if self.disabled:
+            return _run_once(fn, args, kwargs, setup, teardown)
         if self._probe is None:
             # Decided at the first measurement, when the test has made its tensors.
             self.device, self.synced_devices = self._targets(self._item, args, kwargs)
             self._probe = make_probe(self._item.config, self.synced_devices)
         release_memory(self.synced_devices)
-        result, value = measure(
-            fn, args, kwargs, setup=setup, probe=self._probe, settings=settings
-        )
+        with measuring(self._lock) as waited:
+            result, value = measure(
+                fn,
+                args,
+                kwargs,
+                setup=setup,
+                teardown=teardown,
+                probe=self._probe,
+                settings=settings,
+            )
+        self._waited[name] = waited
         self._results[name] = result
         self._last = result
         self._pending.append((name, result, settings))
@@ -271,6 +294,7 @@ class MpsBenchmark:
         extra = {k: _jsonable(v) for k, v in self.extra_info.items()}
         extra.update(result.extra_info())
         extra.update(
+            lock_wait=self._waited.get(name, 0.0),
             device=self.device,
             hardware=hw,
             capability=capability,
@@ -290,13 +314,33 @@ class MpsBenchmark:
                 "min_rounds": settings.min_rounds,
                 "warmup": settings.warmup,
                 "timer": "perf_counter, device synced",
-                "disable_gc": False,
+                "disable_gc": settings.disable_gc,
+                "precision": settings.precision,
                 "compare_fail": list(self.compare_fail) or None,
+                "baseline": self.baseline,
             },
             # Past MAX_DATA rounds the per-round data stays out of the report
             # (and of junitxml's properties); the statistics cover them all.
             "stats": _finite(result.stats.as_dict(result.stats.rounds <= MAX_DATA)),
         }
+
+
+def _run_once(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    setup: Callable[[], Any] | None,
+    teardown: Callable[..., Any] | None,
+) -> Any:
+    """One untimed call, as a plain test runs it (--mps-benchmark-disable)."""
+    if setup is not None:
+        made = setup()
+        if made is not None:
+            args, kwargs = tuple(made[0]), dict(made[1])
+    value = fn(*args, **kwargs)
+    if teardown is not None:
+        teardown(*args, **kwargs)
+    return value
 
 
 def _finite(stats: dict[str, Any]) -> dict[str, Any]:

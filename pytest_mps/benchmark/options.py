@@ -1,57 +1,41 @@
-"""The benchmark options: flags, their ini twins, validation, and the settings.
+"""The benchmark options' values: parsers, the session's options, the settings.
 
 Light on purpose (the start-up imports it): the timer, storage and fixture
-import from here, never the other way round.
+import from here, never the other way round. The flags themselves, their ini
+twins and their reading are in :mod:`.flags`.
 
-Precedence: marker > command line > ini. A bad value is an argparse error
-naming the flag, or a usage error naming the ini option and its file.
+Each parser takes ``(value, where)`` and raises ValueError naming ``where``
+(the flag, the ini option and its file, or the marker).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pytest
-
 from pytest_mps import devices as session_devices
-from pytest_mps.options import argparse_check
 
 #: The name of a test's measurements on ``report.user_properties``.
 PROPERTY = "mps_benchmark"
 STATS = ("min", "max", "mean", "median")
 _FAIL_EXPR = re.compile(r"^(min|max|mean|median):(\d+(?:\.\d*)?|\.\d+)(%?)$")
 
-ONLY_HELP = "run only the tests that use the mps_benchmark fixture."
-SKIP_HELP = "skip the tests that use the mps_benchmark fixture."
-JSON_HELP = "write the benchmarks to PATH in pytest-benchmark's JSON schema."
-SAVE_HELP = "save the run as STORAGE/<machine key>/NNNN_NAME.json."
-AUTOSAVE_HELP = "save every run as STORAGE/<machine key>/NNNN_<commit>_<time>.json."
-COMPARE_HELP = (
-    "compare with a saved run of this machine: its number (0003), part of its "
-    "name, or a file path; alone, the latest."
-)
-COMPARE_FAIL_HELP = (
-    "fail the session when a benchmark is slower than the compared run by more "
-    "than STAT:N% or STAT:SECONDS (STAT: min, max, mean, median). Repeatable."
-)
-DEVICES_HELP = (
-    "time each benchmark that takes the 'device' fixture on each of these "
-    "devices (e.g. cpu,mps or cpu,cuda) and print a speedup table."
-)
-STORAGE_HELP = "folder of saved runs. Default: .benchmarks in the rootdir."
-MIN_TIME_HELP = (
-    "shortest round, in seconds (default 0.000005); a round also outlasts 100 "
-    "device syncs and 100 clock steps."
-)
-MAX_TIME_HELP = (
-    "time budget per benchmark for warmup and for rounds, in seconds (default 1)."
-)
-WARMUP_HELP = (
-    "warmup: 'auto' (until stable, the default), a number of rounds, or 'off'."
-)
+#: pytest-benchmark's columns, then ours.
+COLUMNS: tuple[str, ...] = (
+    "min", "max", "mean", "stddev", "median", "iqr", "outliers", "ops", "rounds",
+    "iterations", "device", "ratio", "dispatch", "verdict", "events", "memory",
+)  # fmt: skip
+#: What the table shows unless --mps-benchmark-columns says otherwise.
+DEFAULT_COLUMNS: tuple[str, ...] = (
+    "device", "min", "max", "mean", "stddev", "median", "iqr", "outliers", "ops",
+    "rounds", "iterations", "ratio", "dispatch", "verdict", "events", "memory",
+)  # fmt: skip
+SORTS = ("name", "fullname", "min", "max", "mean", "median", "stddev", "ops")
+GROUP_BY = ("group", "name", "fullname", "func", "fullfunc", "param", "device")
+NAME_FORMATS = ("short", "normal", "long")
+TIME_UNITS = ("auto", "s", "ms", "us", "ns")
 
 
 class Settings(NamedTuple):
@@ -63,6 +47,11 @@ class Settings(NamedTuple):
     min_time: float = 5e-6
     max_time: float = 1.0
     min_rounds: int = 5
+    #: Stop once the 95% confidence interval of the median is within this
+    #: fraction of it (bounded by min_rounds and max_time); None: fixed rounds.
+    precision: float | None = None
+    #: Garbage collection off while timing (pytest-benchmark's --benchmark-disable-gc).
+    disable_gc: bool = False
     #: Consecutive warmup windows whose medians differ by less than this are stable.
     stable_tolerance: float = 0.05
     #: Device events and wall time further apart than this disagree.
@@ -79,17 +68,10 @@ class FailExpr(NamedTuple):
     def __str__(self) -> str:
         return f"{self.stat}:{self.amount:g}{'%' if self.percent else ''}"
 
-    def regression(self, current: float, baseline: float) -> str | None:
-        """A description of the slowdown when it passes the threshold, else None."""
-        change = current - baseline
-        limit = baseline * self.amount / 100 if self.percent else self.amount
-        if change <= limit:
-            return None
-        pct = change / baseline * 100 if baseline else float("inf")
-        return (
-            f"{self.stat} {current * 1e6:.4g} us vs {baseline * 1e6:.4g} us "
-            f"(+{pct:.1f}%, limit {self})"
-        )
+    def limit(self, baseline: float) -> float:
+        """The slowest value that still passes, in seconds."""
+        extra = baseline * self.amount / 100 if self.percent else self.amount
+        return baseline + extra
 
 
 def parse_fail_expr(text: str, where: str) -> FailExpr:
@@ -103,6 +85,18 @@ def parse_fail_expr(text: str, where: str) -> FailExpr:
     return FailExpr(match.group(1), float(match.group(2)), bool(match.group(3)))
 
 
+class Table(NamedTuple):
+    """How the results table is laid out."""
+
+    columns: tuple[str, ...] = DEFAULT_COLUMNS
+    #: True when the columns were chosen: then none is added or dropped.
+    chosen: bool = False
+    sort: str = "name"
+    group_by: tuple[str, ...] = ("group",)
+    name: str = "normal"
+    time_unit: str = "auto"
+
+
 class BenchmarkOptions(NamedTuple):
     """The session's benchmark options, validated once."""
 
@@ -111,11 +105,18 @@ class BenchmarkOptions(NamedTuple):
     json: Path | None
     save: str | None
     autosave: bool
+    save_data: bool
     compare: str | None
     compare_fail: tuple[FailExpr, ...]
     devices: tuple[str, ...]
     storage: Path
     settings: Settings
+    #: "auto" (a lock per user in the temp folder), "off", or a lock file.
+    lock: str = "auto"
+    alias: bool = False
+    disable: bool = False
+    table: Table = Table()
+    histogram: Path | None = None
 
 
 # -- values -----------------------------------------------------------------------
@@ -142,6 +143,29 @@ def parse_warmup(value: str, where: str) -> bool | int:
     if text.isdigit():
         return int(text)
     raise ValueError(f"{where}: {value!r} is not 'auto', 'off' or a number of rounds")
+
+
+def parse_rounds(value: str, where: str) -> int:
+    """A whole number of rounds >= 1."""
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{where}: {value!r} is not a number of rounds >= 1")
+    return int(text)
+
+
+def parse_precision(value: str, where: str) -> float:
+    """``0.02`` or ``2%``: a fraction of the median, above 0 and below 1."""
+    text = value.strip()
+    try:
+        fraction = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(
+            f"{where}: {value!r} is not a precision; write a fraction such as "
+            "0.02 or a percentage such as 2%"
+        ) from None
+    if not 0 < fraction < 1:
+        raise ValueError(f"{where}: {value!r} must lie between 0 and 1 (0% and 100%)")
+    return fraction
 
 
 def parse_device_list(value: str, where: str) -> tuple[str, ...]:
@@ -172,129 +196,86 @@ def parse_compare_run(value: str, where: str) -> str:
     return value
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """Add the flags to the plugin's group and their ini twins."""
-    group = parser.getgroup("mps")
-    add = group.addoption
-    add("--mps-benchmark-only", action="store_true", default=False, help=ONLY_HELP)
-    add("--mps-benchmark-skip", action="store_true", default=False, help=SKIP_HELP)
-    add("--mps-benchmark-json", metavar="PATH", default=None, help=JSON_HELP)
-    add("--mps-benchmark-save", metavar="NAME", default=None, help=SAVE_HELP)
-    add(
-        "--mps-benchmark-autosave",
-        action="store_true",
-        default=None,
-        help=AUTOSAVE_HELP,
-    )
-    add(
-        "--mps-benchmark-compare",
-        metavar="RUN",
-        nargs="?",
-        const="",
-        default=None,
-        type=argparse_check(parse_compare_run, "--mps-benchmark-compare"),
-        help=COMPARE_HELP,
-    )
-    add(
-        "--mps-benchmark-compare-fail",
-        metavar="EXPR",
-        action="append",
-        default=None,
-        type=argparse_check(parse_fail_expr, "--mps-benchmark-compare-fail"),
-        help=COMPARE_FAIL_HELP.replace("%", "%%"),  # argparse formats help with %
-    )
-    add(
-        "--mps-benchmark-devices",
-        metavar="DEVS",
-        default=None,
-        type=argparse_check(parse_device_list, "--mps-benchmark-devices"),
-        help=DEVICES_HELP,
-    )
-    add("--mps-benchmark-storage", metavar="PATH", default=None, help=STORAGE_HELP)
-    for flag, parse, text in (
-        ("--mps-benchmark-min-time", parse_seconds, MIN_TIME_HELP),
-        ("--mps-benchmark-max-time", parse_seconds, MAX_TIME_HELP),
-        ("--mps-benchmark-warmup", parse_warmup, WARMUP_HELP),
-    ):
-        add(
-            flag,
-            metavar="VALUE",
-            default=None,
-            type=argparse_check(parse, flag),
-            help=text,
+def parse_histogram_prefix(value: str, where: str) -> str:
+    """Refuse a test path that argparse took as the optional PREFIX."""
+    if value.endswith(".py") or "::" in value or Path(value).is_dir():
+        raise ValueError(
+            f"{where}: {value!r} is a test path or a folder, not a file prefix; "
+            f"write {where}=PREFIX (e.g. plots/bench), or put {where} after the paths"
         )
-    parser.addini("mps_benchmark_autosave", AUTOSAVE_HELP, type="bool", default=False)
-    parser.addini(
-        "mps_benchmark_compare_fail", COMPARE_FAIL_HELP, type="linelist", default=[]
-    )  # noqa: E501
-    for name, text in (
-        ("mps_benchmark_devices", DEVICES_HELP),
-        ("mps_benchmark_storage", STORAGE_HELP),
-        ("mps_benchmark_min_time", MIN_TIME_HELP),
-        ("mps_benchmark_max_time", MAX_TIME_HELP),
-        ("mps_benchmark_warmup", WARMUP_HELP),
-    ):
-        parser.addini(name, text, default=None)
+    return value
 
 
-def _setting(config: pytest.Config, name: str, parse: Callable[[str, str], Any]) -> Any:
-    """An option's value, command line over ini, validated naming its source."""
-    value = config.getoption(name)
-    where = "--" + name.replace("_", "-")
-    if value is None:
-        value = config.getini(name)
-        where = f"ini option {name} in {config.inipath}"
-    if value is None or value == "":
-        return None
-    try:
-        return parse(str(value), where)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+def _names(value: str) -> list[str]:
+    return [v.strip().lower() for v in value.replace(" ", ",").split(",") if v.strip()]
 
 
-def read_options(config: pytest.Config) -> BenchmarkOptions:
-    """Validate the options and ini values; UsageError naming the culprit."""
-    only, skip = (
-        config.getoption("mps_benchmark_only"),
-        config.getoption("mps_benchmark_skip"),
-    )
-    if only and skip:
-        raise pytest.UsageError(
-            "--mps-benchmark-only and --mps-benchmark-skip contradict each other"
+def parse_columns(value: str, where: str) -> tuple[str, ...]:
+    """``min,median,ops`` -> the columns, each one of :data:`COLUMNS`."""
+    names = _names(value)
+    bad = [n for n in names if n not in COLUMNS]
+    if bad or not names:
+        raise ValueError(
+            f"{where}: {', '.join(bad) or repr(value)} is not a column; "
+            f"choose from {', '.join(COLUMNS)}"
         )
-    exprs = config.getoption("mps_benchmark_compare_fail")
-    where = "--mps-benchmark-compare-fail"
-    if not exprs:
-        exprs = config.getini("mps_benchmark_compare_fail")
-        where = f"ini option mps_benchmark_compare_fail in {config.inipath}"
-    try:
-        fail = tuple(parse_fail_expr(e, where) for e in exprs)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    autosave = config.getoption("mps_benchmark_autosave")
-    if autosave is None:
-        autosave = bool(config.getini("mps_benchmark_autosave"))
-    storage = config.getoption("mps_benchmark_storage") or config.getini(
-        "mps_benchmark_storage"
-    )
-    defaults = Settings()
-    min_time = _setting(config, "mps_benchmark_min_time", parse_seconds)
-    max_time = _setting(config, "mps_benchmark_max_time", parse_seconds)
-    warmup = _setting(config, "mps_benchmark_warmup", parse_warmup)
-    json_path = config.getoption("mps_benchmark_json")
-    return BenchmarkOptions(
-        only=bool(only),
-        skip=bool(skip),
-        json=Path(json_path) if json_path else None,
-        save=config.getoption("mps_benchmark_save"),
-        autosave=autosave,
-        compare=config.getoption("mps_benchmark_compare"),
-        compare_fail=fail,
-        devices=_setting(config, "mps_benchmark_devices", parse_device_list) or (),
-        storage=Path(config.rootpath, storage or ".benchmarks"),
-        settings=defaults._replace(
-            min_time=min_time or defaults.min_time,
-            max_time=max_time or defaults.max_time,
-            warmup=defaults.warmup if warmup is None else warmup,
-        ),
-    )
+    return tuple(dict.fromkeys(names))
+
+
+def parse_group_by(value: str, where: str) -> tuple[str, ...]:
+    """``group``, ``param:size``, ``func,device``: what tables are split by."""
+    names = _names(value)
+    bad = [n for n in names if n not in GROUP_BY and not n.startswith("param:")]
+    if bad or not names:
+        raise ValueError(
+            f"{where}: {', '.join(bad) or repr(value)} is not a grouping; choose "
+            f"from {', '.join(GROUP_BY)} or param:NAME"
+        )
+    return tuple(names)
+
+
+def choice(choices: tuple[str, ...], what: str) -> Callable[[str, str], str]:
+    """A parser accepting one of ``choices`` (``what`` names the kind of value)."""
+
+    def parse(value: str, where: str) -> str:
+        text = value.strip().lower()
+        if text not in choices:
+            raise ValueError(
+                f"{where}: {value!r} is not a {what}; choose from {', '.join(choices)}"
+            )
+        return text
+
+    return parse
+
+
+parse_sort = choice(SORTS, "column to sort by")
+parse_name_format = choice(NAME_FORMATS, "name format")
+parse_time_unit = choice(TIME_UNITS, "time unit")
+
+
+def parse_lock(value: str, where: str) -> str:
+    """``auto``, ``off``, or a lock file's path."""
+    text = value.strip()
+    if not text:
+        raise ValueError(f"{where}: name 'auto', 'off' or a lock file")
+    return text.lower() if text.lower() in ("auto", "off") else text
+
+
+def mark_kwargs(
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    where: str,
+    allowed: tuple[str, ...],
+) -> Mapping[str, Any]:
+    """A marker's keyword arguments, checked against ``allowed``.
+
+    ValueError naming ``where`` for positional arguments or an unknown keyword.
+    """
+    if args:
+        raise ValueError(f"{where}: takes keyword arguments only, got {args!r}")
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"{where}: unexpected argument(s) {unknown}; allowed: {', '.join(allowed)}"
+        )
+    return kwargs

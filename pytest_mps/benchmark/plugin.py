@@ -1,28 +1,40 @@
-"""Sync-aware benchmarks: options, the ``mps_benchmark`` marker and fixture.
+"""Sync-aware benchmarks: the front door (options, marker, fixture, hooks).
 
-The measuring is in :mod:`.timer`, options in :mod:`.options`, the fixture's
-object in :mod:`.fixture`, files in :mod:`.storage`, tables in :mod:`.report`
-and the session's side in :mod:`.session`; this module wires them into pytest. Results
-travel on ``report.user_properties``, so the controller of an xdist run sees
-every worker's.
+The measuring is in :mod:`.timer`, option values in :mod:`.options` and their
+flags in :mod:`.flags`, the fixture's object in :mod:`.fixture` (made by
+:mod:`.targets`), the cross-process lock in :mod:`.lock`, files in
+:mod:`.storage`, baselines in :mod:`.baseline` and :mod:`.compare`, tables in
+:mod:`.report`, plots in :mod:`.plot`, pytest-benchmark's ``benchmark`` alias
+in :mod:`.alias`, and the session's side in :mod:`.session`; this module wires
+them into pytest.
+Results travel on ``report.user_properties``, so the controller of an xdist
+run sees every worker's.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_mps import devices as session_devices
 from pytest_mps import ownership
+from pytest_mps.benchmark.flags import add_options, read_options
+from pytest_mps.benchmark.keys import (
+    BenchmarkMark,
+    fixture_key,
+    mark_error_key,
+    mark_key,
+    options_key,
+    original_devices_key,
+    session_key,
+)
 from pytest_mps.benchmark.options import (
     BenchmarkOptions,
-    add_options,
+    mark_kwargs,
     parse_fail_expr,
-    read_options,
 )
 
 if TYPE_CHECKING:
@@ -36,26 +48,7 @@ MARKER = (
     "(warmup: True/False/rounds; times in seconds; compare_fail: 'median:10%')."
 )
 _MARK_ARGS = ("group", "warmup", "rounds", "min_time", "max_time", "compare_fail")
-
-
-class BenchmarkMark(NamedTuple):
-    """A parsed ``@pytest.mark.mps_benchmark``."""
-
-    group: str | None = None
-    warmup: bool | int | None = None
-    rounds: int | None = None
-    min_time: float | None = None
-    max_time: float | None = None
-    compare_fail: tuple[str, ...] = ()
-
-
-options_key = pytest.StashKey[BenchmarkOptions]()
-mark_key = pytest.StashKey[BenchmarkMark]()
-mark_error_key = pytest.StashKey[str]()
-session_key = pytest.StashKey[Any]()
-fixture_key: pytest.StashKey[MpsBenchmark] = pytest.StashKey()
-#: The session's devices before --mps-benchmark-devices added to them.
-original_devices_key = pytest.StashKey[list[str]]()
+ALIAS_MODULE = "pytest_mps.benchmark.alias"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -95,6 +88,10 @@ def pytest_configure(config: pytest.Config) -> None:
             session_devices.check_usable(device, "--mps-benchmark-devices")
         extended = chosen + [d for d in options.devices if d not in chosen]
         config.stash[session_devices.devices_key] = extended
+    if not hasattr(config, "workerinput"):
+        _check_gate(config, options)
+    if options.alias:
+        _register_alias(config)
     from pytest_mps.benchmark.session import BenchmarkSession
 
     plugin = BenchmarkSession(config, options)
@@ -102,11 +99,69 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(plugin, "mps-benchmark-session")
 
 
+def _check_gate(config: pytest.Config, options: BenchmarkOptions) -> None:
+    """Compare-fail without a usable baseline is a usage error (exit 4).
+
+    What can be known before the tests run is checked here; the machine's own
+    folder is known once the benchmarks have run (the session checks it).
+    """
+    if not options.compare_fail:
+        return
+    flag = config.getoption("mps_benchmark_compare_fail")
+    if options.compare is None:
+        if flag:
+            raise pytest.UsageError(
+                "--mps-benchmark-compare-fail needs a baseline: add "
+                "--mps-benchmark-compare [RUN]"
+            )
+        return  # the ini's thresholds apply only when comparing
+    from pytest_mps.benchmark import baseline
+
+    try:
+        baseline.check_any_baseline(options.storage, options.compare or None)
+    except baseline.BaselineError as exc:
+        raise pytest.UsageError(
+            f"--mps-benchmark-compare-fail needs a baseline: {exc}"
+        ) from None
+
+
+def _register_alias(config: pytest.Config) -> None:
+    """Give tests pytest-benchmark's ``benchmark`` fixture, timed by us."""
+    import importlib
+
+    if not config.pluginmanager.hasplugin("benchmark"):
+        ownership.register_markers(config, importlib.import_module(ALIAS_MODULE).MARKER)
+    if config.pluginmanager.get_plugin(ALIAS_MODULE) is None:
+        # Registered after every installed plugin, so pytest hands tests our
+        # fixture rather than pytest-benchmark's (the last parsed wins).
+        config.pluginmanager.register(
+            importlib.import_module(ALIAS_MODULE), ALIAS_MODULE
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    options = config.stash.get(options_key, None)
+    workers = config.getoption("numprocesses", None)
+    if (
+        options is None
+        or not isinstance(workers, int)
+        or not ownership.opted_in(config)
+    ):
+        return []
+    from pytest_mps.benchmark.lock import header_line
+
+    line = header_line(options.lock, workers)
+    return [f"pytest-mps {line}"] if line else []
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     plugin = config.stash.get(session_key, None)
     if plugin is not None:
         config.pluginmanager.unregister(plugin)
         del config.stash[session_key]
+    alias = config.pluginmanager.get_plugin(ALIAS_MODULE)
+    if alias is not None:
+        config.pluginmanager.unregister(alias)
 
 
 # -- the marker ---------------------------------------------------------------------
@@ -115,15 +170,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def parse_mark(mark: pytest.Mark, nodeid: str) -> BenchmarkMark:
     """Validate ``@pytest.mark.mps_benchmark``; ValueError naming the test."""
     where = f"@pytest.mark.mps_benchmark on {nodeid}"
-    if mark.args:
-        raise ValueError(f"{where}: takes keyword arguments only, got {mark.args!r}")
-    unknown = sorted(set(mark.kwargs) - set(_MARK_ARGS))
-    if unknown:
-        raise ValueError(
-            f"{where}: unexpected argument(s) {unknown}; "
-            f"allowed: {', '.join(_MARK_ARGS)}"
-        )
-    kw = mark.kwargs
+    kw = mark_kwargs(mark.args, mark.kwargs, where, _MARK_ARGS)
     group = kw.get("group")
     if group is not None and not isinstance(group, str):
         raise ValueError(f"{where}: group must be a string, got {group!r}")
@@ -166,7 +213,10 @@ def parse_mark(mark: pytest.Mark, nodeid: str) -> BenchmarkMark:
 
 
 def _is_benchmark(item: pytest.Item) -> bool:
-    return "mps_benchmark" in getattr(item, "fixturenames", ())
+    names = getattr(item, "fixturenames", ())
+    if "mps_benchmark" in names:
+        return True
+    return "benchmark" in names and item.config.stash[options_key].alias
 
 
 def pytest_collection_modifyitems(
@@ -212,64 +262,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    bench = item.stash.get(fixture_key, None)
-    if bench is not None and call.when == "call":
-        bench.flush()
+    if call.when == "call":
+        for bench in item.stash.get(fixture_key, []):
+            bench.flush()
     return (yield)
 
 
 # -- the fixture --------------------------------------------------------------------
-
-
-def _argument_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-    """Accelerators of the tensors passed to the measured call (one level deep)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return []
-    found: list[str] = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, dict):
-            inner = list(value.values())
-        elif isinstance(value, (list, tuple)):
-            inner = list(value)
-        else:
-            inner = [value]
-        for leaf in inner:
-            if isinstance(leaf, torch.Tensor) and leaf.device.type not in (
-                "cpu",
-                "meta",
-            ):
-                name = session_devices.parse_device(str(leaf.device), "")
-                if name not in found:
-                    found.append(name)
-    return found
-
-
-def sync_targets(
-    item: pytest.Item, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[str, list[str]]:
-    """The device a test's measurements are labelled with, and those to sync.
-
-    A test that takes ``device`` is timed on it. Otherwise the label is the
-    session's accelerators and those of the tensors passed to the measured call
-    (``cpu`` when there are none); each is synced, and CUDA as well once anything
-    in the process has started it, so a closure over CUDA tensors on a
-    ``--device cpu`` session is still timed honestly.
-    """
-    callspec = getattr(item, "callspec", None)
-    device = callspec.params.get("device") if callspec is not None else None
-    if isinstance(device, str):
-        return device, [device]
-    chosen = [d for d in item.config.stash[original_devices_key] if d != "cpu"]
-    chosen += [d for d in _argument_devices(args, kwargs) if d not in chosen]
-    label = "+".join(chosen) or "cpu"
-    synced = list(chosen) or ["cpu"]
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        current = f"cuda:{torch.cuda.current_device()}"
-        if current not in synced:
-            synced.append(current)
-    return label, synced
 
 
 @pytest.fixture
@@ -280,19 +279,8 @@ def mps_benchmark(request: pytest.FixtureRequest) -> Generator[MpsBenchmark]:
     takes several named measurements; ``.pedantic(...)`` fixes rounds and
     iterations; ``.stats`` holds the last one's min, median, iqr, ... in seconds.
     """
-    from pytest_mps.benchmark.fixture import MpsBenchmark, release_memory
+    from pytest_mps.benchmark.targets import finish_benchmark, new_benchmark
 
-    item = request.node
-    options = item.config.stash[options_key]
-    mark = item.stash.get(mark_key, None) or BenchmarkMark()
-    settings = options.settings
-    settings = settings._replace(
-        warmup=settings.warmup if mark.warmup is None else mark.warmup,
-        rounds=mark.rounds,
-        min_time=mark.min_time or settings.min_time,
-        max_time=mark.max_time or settings.max_time,
-    )
-    bench = MpsBenchmark(item, settings, sync_targets, mark.group, mark.compare_fail)
-    item.stash[fixture_key] = bench
+    bench = new_benchmark(request.node)
     yield bench
-    release_memory(bench.synced_devices)
+    finish_benchmark(bench)

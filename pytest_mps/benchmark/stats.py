@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
@@ -38,6 +39,17 @@ class Stats:
     def ops(self) -> float:
         """Calls per second (1 / mean), as pytest-benchmark defines it."""
         return self.rounds / self.total if self.total else 0.0
+
+    @property
+    def stats(self) -> Stats:
+        """Itself: pytest-benchmark's ``benchmark.stats.stats.median`` reads here."""
+        return self
+
+    def __getitem__(self, field: str) -> Any:
+        """``stats["median"]``, as pytest-benchmark's ``Metadata`` allows."""
+        if field not in self.as_dict():
+            raise KeyError(field)
+        return getattr(self, field)
 
     @property
     def outliers(self) -> str:
@@ -117,3 +129,49 @@ def _quartiles(ordered: Sequence[float]) -> tuple[float, float]:
             q3 = 0.25 * ordered[3 * k + 1] + 0.75 * ordered[3 * k + 2]
         return q1, q3
     return statistics.median(ordered[: n // 2]), statistics.median(ordered[n // 2 :])
+
+
+def _order_index(n: int, confidence: float) -> int | None:
+    """The 0-based k with [x[k], x[n-1-k]] covering the median at ``confidence``.
+
+    Distribution-free (the binomial argument for order statistics): exact up
+    to 300 rounds, the normal approximation past that; None when ``n`` rounds
+    are too few for the asked confidence (5 rounds give at most 93.75%).
+    """
+    alpha = 1 - confidence
+    if n > 300:
+        z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+        k = math.floor((n - z * math.sqrt(n)) / 2) - 1
+        return k if k >= 0 else None
+    # Largest k with 2 * P(B <= k) <= alpha, B ~ Binomial(n, 1/2), in integers.
+    budget = alpha / 2 * 2**n
+    tail = 0
+    k = -1
+    while k + 1 < n // 2:
+        tail += math.comb(n, k + 1)
+        if tail > budget:
+            break
+        k += 1
+    return k if k >= 0 else None
+
+
+def median_ci(
+    data: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """A confidence interval of the median of ``data``, or None for too few rounds."""
+    ordered = sorted(data)
+    k = _order_index(len(ordered), confidence)
+    if k is None:
+        return None
+    return ordered[k], ordered[len(ordered) - 1 - k]
+
+
+def relative_margin(data: Sequence[float], confidence: float = 0.95) -> float | None:
+    """The larger half of the median's confidence interval, over the median."""
+    interval = median_ci(data, confidence)
+    if interval is None:
+        return None
+    median = statistics.median(data)
+    if median <= 0:
+        return None
+    return max(median - interval[0], interval[1] - median) / median

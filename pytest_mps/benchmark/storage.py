@@ -8,6 +8,7 @@ never collide. Every file is written atomically.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import json
@@ -16,18 +17,13 @@ import platform
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_mps import backend
-from pytest_mps.benchmark.options import FailExpr, parse_fail_expr
 
-_RUN_FILE = re.compile(r"^(\d{4})_(.*)\.json$")
-
-
-class BaselineError(Exception):
-    """A baseline that cannot be used; the message says why and what to do."""
+RUN_FILE = re.compile(r"^(\d{4})_(.*)\.json$")
 
 
 # -- machine and commit -----------------------------------------------------------
@@ -161,12 +157,8 @@ def document(
 # -- files ------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` so that no reader sees half a file.
-
-    The text goes to a temporary file beside ``path``, is flushed to disk and
-    renamed over it: after Ctrl-C there is the old file or the new one.
-    """
+def _temporary(path: Path, data: Mapping[str, Any]) -> Path:
+    """``data`` as JSON in a flushed temporary file beside ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=4, ensure_ascii=True, default=str)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -175,33 +167,113 @@ def write_atomic(path: Path, data: Mapping[str, Any]) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would; mkstemp's 0600 is for secrets
+    except BaseException:
+        _unlink(Path(tmp))
+        raise
+    return Path(tmp)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` so that no reader sees half a file.
+
+    The text goes to a temporary file beside ``path``, is flushed to disk and
+    renamed over it: after Ctrl-C there is the old file or the new one.
+    """
+    tmp = _temporary(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
+
+
+def _create_new(tmp: Path, path: Path) -> bool:
+    """Give the whole file ``tmp`` the name ``path`` unless that name exists.
+
+    A hard link is atomic and never replaces (FileExistsError); where the file
+    system has no hard links, the name is reserved with O_EXCL and then
+    replaced by the whole file.
+    """
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError:
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        os.replace(tmp, path)
+        return True
+    _unlink(tmp)
+    return True
 
 
 def saved_runs(folder: Path) -> list[Path]:
     """The ``NNNN_name.json`` files in ``folder``, oldest first."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _RUN_FILE.match(p.name))
+    return sorted(p for p in folder.iterdir() if RUN_FILE.match(p.name))
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Hold the folder's lock while a run number is chosen and taken."""
+    from filelock import FileLock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(folder / ".pytest-mps-save.lock", timeout=60):
+        yield
+
+
+def _number(path: Path) -> int:
+    match = RUN_FILE.match(path.name)
+    return int(match.group(1)) if match else 0
 
 
 def save_run(storage: Path, doc: Mapping[str, Any], name: str) -> Path:
-    """Save ``doc`` as the next ``NNNN_name.json`` of this machine's folder."""
+    """Save ``doc`` as the next ``NNNN_name.json`` of this machine's folder.
+
+    Never replaces a file: the number is chosen under the folder's lock, so
+    two sessions saving at once get two numbers, and the file is put in place
+    only under a name nobody has (a tool that ignores the lock cannot be
+    overwritten either).
+    """
     folder = storage / str(doc["machine_info"]["machine_key"])
-    runs = saved_runs(folder)
-    number = int(_RUN_FILE.match(runs[-1].name).group(1)) + 1 if runs else 1  # type: ignore[union-attr]
-    path = folder / f"{number:04d}_{_slug(name) or 'run'}.json"
-    while path.exists():
-        number += 1
-        path = folder / f"{number:04d}_{_slug(name) or 'run'}.json"
-    write_atomic(path, doc)
-    return path
+    stem = _slug(name) or "run"
+    with _folder_lock(folder):
+        runs = saved_runs(folder)
+        number = max((_number(p) for p in runs), default=0) + 1
+        tmp = _temporary(folder / f"{number:04d}_{stem}.json", doc)
+        try:
+            while True:
+                path = folder / f"{number:04d}_{stem}.json"
+                taken = any(p.name.startswith(f"{number:04d}_") for p in runs)
+                if not taken and _create_new(tmp, path):
+                    return path
+                number += 1
+                runs = saved_runs(folder)
+        finally:
+            _unlink(tmp)
+
+
+def without_rounds(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` without each benchmark's per-round times (``stats.data``)."""
+    benchmarks = []
+    for bench in doc["benchmarks"]:
+        stats = {k: v for k, v in bench["stats"].items() if k != "data"}
+        benchmarks.append({**bench, "stats": stats})
+    return {**doc, "benchmarks": benchmarks}
 
 
 def autosave_name(commit: Mapping[str, Any]) -> str:
@@ -209,121 +281,3 @@ def autosave_name(commit: Mapping[str, Any]) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
     name = f"{str(commit.get('id', 'unversioned'))[:12]}_{stamp}"
     return name + ("_uncommitted-changes" if commit.get("dirty") else "")
-
-
-def _describe(path: Path, storage: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def find_baseline(storage: Path, key: str, wanted: str | None) -> Path:
-    """The file ``--mps-benchmark-compare [wanted]`` means, or BaselineError.
-
-    ``wanted`` is None (the latest run of this machine), a run number
-    (``0003``), part of a run's name, or a path to a file.
-    """
-    if wanted:
-        candidate = Path(wanted)
-        if candidate.suffix == ".json" or os.sep in wanted:
-            if candidate.is_file():
-                return candidate
-            raise BaselineError(f"baseline file {wanted} does not exist")
-    folder = storage / key
-    runs = saved_runs(folder)
-    if not runs:
-        others = sorted(
-            f"{p.name} ({len(saved_runs(p))} runs)"
-            for p in (storage.iterdir() if storage.is_dir() else [])
-            if saved_runs(p)
-        )
-        message = (
-            f"no baseline for this machine: {_describe(folder, storage)} holds no "
-            "saved run; save one with --mps-benchmark-save NAME or "
-            "--mps-benchmark-autosave"
-        )
-        if others:
-            message += (
-                f". Saved runs of other machines: {', '.join(others)}; their "
-                "timings are not comparable with this machine's (pass a file "
-                "path to --mps-benchmark-compare to compare anyway)"
-            )
-        raise BaselineError(message)
-    if not wanted:
-        return runs[-1]
-    matches = [
-        p
-        for p in runs
-        if p.name.startswith(wanted) or wanted in _RUN_FILE.match(p.name).group(2)  # type: ignore[union-attr]
-    ]
-    if not matches:
-        names = ", ".join(p.name for p in runs)
-        raise BaselineError(
-            f"no saved run matches {wanted!r} in {_describe(folder, storage)} "
-            f"(saved: {names})"
-        )
-    return matches[-1]
-
-
-def load_baseline(path: Path, key: str) -> tuple[dict[str, Any], str | None]:
-    """Read a baseline; the document and a warning when it is another machine's."""
-    where = _describe(path, path.parent)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"baseline {where} is corrupt (not JSON: {exc.msg} at line "
-            f"{exc.lineno} column {exc.colno}); delete it or save a new run"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"baseline {where} cannot be read: {exc}") from None
-    benches = doc.get("benchmarks") if isinstance(doc, dict) else None
-    if not isinstance(benches, list) or not all(
-        isinstance(b, dict) and isinstance(b.get("stats"), dict) and "fullname" in b
-        for b in benches
-    ):
-        raise BaselineError(
-            f"baseline {where} is not a benchmark file (no 'benchmarks' list "
-            "with 'fullname' and 'stats'); delete it or save a new run"
-        )
-    other = (doc.get("machine_info") or {}).get("machine_key")
-    warning = None
-    if other != key:
-        warning = (
-            f"baseline {where} was recorded on another machine ({other or 'unknown'}"
-            f"; this one is {key}): the comparison mixes hardware"
-        )
-    return doc, warning
-
-
-# -- regressions ------------------------------------------------------------------
-
-
-def regressions(
-    current: Iterable[Mapping[str, Any]],
-    baseline: Mapping[str, Any],
-    default: list[FailExpr],
-) -> tuple[list[str], dict[str, float]]:
-    """Slowdowns past each benchmark's thresholds, and median changes by fullname.
-
-    A benchmark's own ``compare_fail`` (marker) replaces the session's.
-    """
-    base = {b["fullname"]: b["stats"] for b in baseline["benchmarks"]}
-    failures: list[str] = []
-    changes: dict[str, float] = {}
-    for bench in current:
-        old = base.get(bench["fullname"])
-        if old is None:
-            continue
-        stats = bench["stats"]
-        if old.get("median"):
-            changes[bench["fullname"]] = stats["median"] / old["median"] - 1
-        own = bench.get("options", {}).get("compare_fail")
-        exprs = [parse_fail_expr(t, "marker") for t in own] if own else default
-        for expr in exprs:
-            if expr.stat in old and expr.stat in stats:
-                found = expr.regression(stats[expr.stat], old[expr.stat])
-                if found:
-                    failures.append(f"{bench['fullname']}: {found}")
-    return failures, changes

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pytest_mps.benchmark.options import Settings
-from pytest_mps.benchmark.stats import Stats
+from pytest_mps.benchmark.stats import Stats, median_ci, relative_margin
 
 clock = time.perf_counter
 
@@ -83,6 +83,10 @@ class Result:
     #: True: warmup ended stable; False: stopped at its time bound; None: fixed.
     warmup_stable: bool | None
     asynchronous: bool
+    #: The 99% confidence interval of the median, for comparisons without rounds.
+    median_ci99: tuple[float, float] | None = None
+    #: The half-width of the median's 95% interval over the median.
+    margin: float | None = None
 
     @property
     def dispatch_ratio(self) -> float:
@@ -115,6 +119,8 @@ class Result:
             "first_call": self.first_call,
             "warmup_rounds": self.warmup_rounds,
             "warmup_stable": self.warmup_stable,
+            "median_ci99": list(self.median_ci99) if self.median_ci99 else None,
+            "precision": self.margin,
         }
 
 
@@ -135,8 +141,10 @@ class _Runner:
         kwargs: dict[str, Any],
         setup: Callable[[], Any] | None,
         probe: Probe,
+        teardown: Callable[..., Any] | None = None,
     ) -> None:
         self.fn, self.args, self.kwargs, self.setup = fn, args, kwargs, setup
+        self.teardown = teardown
         self.probe = probe
         self.events = probe.new_events()
         self.value: Any = None
@@ -151,6 +159,11 @@ class _Runner:
             made = self.setup()
             if made is None:
                 calls.append((self.args, self.kwargs))
+            elif self.args or self.kwargs:
+                raise TypeError(
+                    "setup returned arguments, and args or kwargs were given "
+                    "too: pass them one way (pytest-benchmark refuses this too)"
+                )
             else:
                 args, kwargs = made
                 calls.append((tuple(args), dict(kwargs)))
@@ -178,6 +191,10 @@ class _Runner:
         probe.synchronize()
         t2 = clock()
         self.value = value
+        if self.teardown is not None:
+            # Off the clock, with each call's own arguments.
+            for args, kwargs in prepared or [(self.args, self.kwargs)]:
+                self.teardown(*args, **kwargs)
         device_ms = None
         if events is not None:
             device_ms = float(events[0].elapsed_time(events[1]))
@@ -268,19 +285,49 @@ def warm_up(
             return times, False
 
 
+def _timed_rounds(
+    runner: _Runner, n: int, rounds: int, settings: Settings
+) -> list[_Round]:
+    """``rounds`` rounds, or fewer once the median is as precise as asked.
+
+    With a precision, the 95% confidence interval of the median is checked
+    after each round from ``min_rounds`` on (pytest-benchmark 5.3's
+    --benchmark-precision checks the mean's; the median is what we report).
+    """
+    if settings.precision is None or settings.rounds is not None:
+        return [runner.round(n) for _ in range(rounds)]
+    timed: list[_Round] = []
+    checked = 0
+    while len(timed) < rounds:
+        timed.append(runner.round(n))
+        # Check again once the count grew by an eighth: each check sorts all
+        # the rounds, which must not cost more than timing them.
+        if len(timed) >= settings.min_rounds and len(timed) >= checked * 9 // 8:
+            checked = len(timed)
+            margin = relative_margin([r.complete for r in timed])
+            if margin is not None and margin <= settings.precision:
+                break
+    return timed
+
+
 def measure(
     fn: Callable[..., Any],
     args: tuple[Any, ...] = (),
     kwargs: dict[str, Any] | None = None,
     *,
     setup: Callable[[], Any] | None = None,
+    teardown: Callable[..., Any] | None = None,
     probe: Probe | None = None,
     settings: Settings | None = None,
 ) -> tuple[Result, Any]:
-    """Time ``fn(*args, **kwargs)``; return the result and fn's last value."""
+    """Time ``fn(*args, **kwargs)``; return the result and fn's last value.
+
+    ``setup`` runs before each call and may return its ``(args, kwargs)``;
+    ``teardown(*args, **kwargs)`` after each round, per call; both off the clock.
+    """
     probe = probe or Probe()
     settings = settings or Settings()
-    runner = _Runner(fn, args, dict(kwargs or {}), setup, probe)
+    runner = _Runner(fn, args, dict(kwargs or {}), setup, probe, teardown)
     gc.collect()
     probe.reset_peak_memory()
     cost = sync_cost(probe)
@@ -308,7 +355,14 @@ def measure(
         rounds = settings.min_rounds
         if estimate > 0:
             rounds = max(rounds, math.ceil(settings.max_time / estimate))
-    timed = [runner.round(n) for _ in range(rounds)]
+    gc_was_on = gc.isenabled()
+    if settings.disable_gc:
+        gc.disable()
+    try:
+        timed = _timed_rounds(runner, n, rounds, settings)
+    finally:
+        if gc_was_on:
+            gc.enable()
     wall = Stats.from_data([r.complete / n for r in timed], n)
     dispatch = Stats.from_data([r.dispatch / n for r in timed], n)
     device_time = events_agree = None
@@ -328,5 +382,7 @@ def measure(
         warmup_rounds=len(warm),
         warmup_stable=stable,
         asynchronous=probe.asynchronous,
+        median_ci99=median_ci(wall.data, 0.99),
+        margin=relative_margin(wall.data),
     )
     return result, runner.value

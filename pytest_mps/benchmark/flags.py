@@ -1,0 +1,284 @@
+"""The benchmark flags, their ini twins, and reading them once per session.
+
+Precedence: marker > command line > ini. A bad value is an argparse error
+naming the flag, or a usage error naming the ini option and its file.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_mps.benchmark import options as o
+from pytest_mps.options import argparse_check
+
+ONLY_HELP = "run only the tests that use the mps_benchmark fixture."
+SKIP_HELP = "skip the tests that use the mps_benchmark fixture."
+JSON_HELP = (
+    "write the benchmarks to PATH in pytest-benchmark's JSON schema, every "
+    "round's time included."
+)
+SAVE_HELP = "save the run as STORAGE/<machine key>/NNNN_NAME.json."
+AUTOSAVE_HELP = "save every run as STORAGE/<machine key>/NNNN_<commit>_<time>.json."
+SAVE_DATA_HELP = (
+    "also save every round's time in saved runs (pytest-benchmark's "
+    "--benchmark-save-data); a baseline with them is compared by a "
+    "Mann-Whitney test."
+)
+COMPARE_HELP = (
+    "compare with a saved run of this machine: its number (0003), part of its "
+    "name, or a file path; alone, the latest."
+)
+COMPARE_FAIL_HELP = (
+    "fail the session when a benchmark is slower than the compared run by more "
+    "than STAT:N% or STAT:SECONDS (STAT: min, max, mean, median) and the "
+    "difference is significant. Repeatable; needs --mps-benchmark-compare "
+    "(the ini value only sets the thresholds used when comparing)."
+)
+DEVICES_HELP = (
+    "time each benchmark that takes the 'device' fixture on each of these "
+    "devices (e.g. cpu,mps or cpu,cuda) and print a speedup table."
+)
+STORAGE_HELP = "folder of saved runs. Default: .benchmarks in the rootdir."
+MIN_TIME_HELP = (
+    "shortest round, in seconds (default 0.000005); a round also outlasts 100 "
+    "device syncs and 100 clock steps."
+)
+MAX_TIME_HELP = (
+    "time budget per benchmark for warmup and for rounds, in seconds (default 1)."
+)
+MIN_ROUNDS_HELP = "fewest rounds, even past max-time (default 5)."
+WARMUP_HELP = (
+    "warmup: 'auto' (until stable, the default), a number of rounds, or 'off'."
+)
+PRECISION_HELP = (
+    "stop a benchmark's rounds once the 95% confidence interval of the median "
+    "lies within this fraction of it (0.02 or 2%), bounded by min-rounds and "
+    "max-time."
+)
+DISABLE_GC_HELP = "turn garbage collection off while timing."
+DISABLE_HELP = (
+    "run each benchmarked function once, as a plain test: no timing, no table "
+    "(like --benchmark-disable)."
+)
+ENABLE_HELP = "measure even where the ini file sets mps_benchmark_disable."
+LOCK_HELP = (
+    "measure one benchmark at a time on this machine: 'auto' (a lock file per "
+    "user in the temp folder, the default), a lock file's PATH, or 'off'."
+)
+ALIAS_HELP = (
+    "also provide pytest-benchmark's 'benchmark' fixture and marker, timed by "
+    "pytest-mps, so tests written for pytest-benchmark run unchanged."
+)
+COLUMNS_HELP = f"columns of the results table, from: {', '.join(o.COLUMNS)}."
+SORT_HELP = f"sort each table by one of: {', '.join(o.SORTS)} (default name)."
+GROUP_BY_HELP = (
+    f"split the tables by: {', '.join(o.GROUP_BY)} or param:NAME, comma-"
+    "separated (default group)."
+)
+NAME_HELP = "names in the table: short, normal (the default) or long (node ids)."
+TIME_UNIT_HELP = "time unit of the tables: auto (per group), s, ms, us or ns."
+HISTOGRAM_HELP = (
+    "draw a box plot of each group's rounds into PREFIX-<group>.png "
+    "(needs matplotlib: pip install 'pytest-mps[plot]')."
+)
+
+# flag -> (parser, help); each has an ini twin of the same name.
+_VALUED: dict[str, tuple[Callable[[str, str], Any], str]] = {
+    "--mps-benchmark-min-time": (o.parse_seconds, MIN_TIME_HELP),
+    "--mps-benchmark-max-time": (o.parse_seconds, MAX_TIME_HELP),
+    "--mps-benchmark-min-rounds": (o.parse_rounds, MIN_ROUNDS_HELP),
+    "--mps-benchmark-warmup": (o.parse_warmup, WARMUP_HELP),
+    "--mps-benchmark-precision": (o.parse_precision, PRECISION_HELP),
+    "--mps-benchmark-lock": (o.parse_lock, LOCK_HELP),
+    "--mps-benchmark-columns": (o.parse_columns, COLUMNS_HELP),
+    "--mps-benchmark-sort": (o.parse_sort, SORT_HELP),
+    "--mps-benchmark-group-by": (o.parse_group_by, GROUP_BY_HELP),
+    "--mps-benchmark-name": (o.parse_name_format, NAME_HELP),
+    "--mps-benchmark-time-unit": (o.parse_time_unit, TIME_UNIT_HELP),
+    "--mps-benchmark-devices": (o.parse_device_list, DEVICES_HELP),
+}
+# flag -> help; store_true flags with a boolean ini twin.
+_SWITCHES = {
+    "--mps-benchmark-autosave": AUTOSAVE_HELP,
+    "--mps-benchmark-save-data": SAVE_DATA_HELP,
+    "--mps-benchmark-disable-gc": DISABLE_GC_HELP,
+    "--mps-benchmark-disable": DISABLE_HELP,
+    "--mps-benchmark-alias": ALIAS_HELP,
+}
+
+
+def _dest(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Add the flags to the plugin's group and their ini twins."""
+    group = parser.getgroup("mps")
+    add = group.addoption
+    add("--mps-benchmark-only", action="store_true", default=False, help=ONLY_HELP)
+    add("--mps-benchmark-skip", action="store_true", default=False, help=SKIP_HELP)
+    add("--mps-benchmark-json", metavar="PATH", default=None, help=JSON_HELP)
+    add("--mps-benchmark-save", metavar="NAME", default=None, help=SAVE_HELP)
+    add(
+        "--mps-benchmark-compare",
+        metavar="RUN",
+        nargs="?",
+        const="",
+        default=None,
+        type=argparse_check(o.parse_compare_run, "--mps-benchmark-compare"),
+        help=COMPARE_HELP,
+    )
+    add(
+        "--mps-benchmark-compare-fail",
+        metavar="EXPR",
+        action="append",
+        default=None,
+        type=argparse_check(o.parse_fail_expr, "--mps-benchmark-compare-fail"),
+        help=COMPARE_FAIL_HELP.replace("%", "%%"),  # argparse formats help with %
+    )
+    add("--mps-benchmark-storage", metavar="PATH", default=None, help=STORAGE_HELP)
+    add(
+        "--mps-benchmark-histogram",
+        metavar="PREFIX",
+        nargs="?",
+        const="benchmark",
+        default=None,
+        type=argparse_check(o.parse_histogram_prefix, "--mps-benchmark-histogram"),
+        help=HISTOGRAM_HELP,
+    )
+    add("--mps-benchmark-enable", action="store_true", default=False, help=ENABLE_HELP)
+    for flag, text in _SWITCHES.items():
+        add(flag, action="store_true", default=None, help=text)
+        parser.addini(_dest(flag), text, type="bool", default=False)
+    for flag, (parse, text) in _VALUED.items():
+        add(
+            flag,
+            metavar="VALUE",
+            default=None,
+            type=argparse_check(parse, flag),
+            help=text.replace("%", "%%"),
+        )
+        parser.addini(_dest(flag), text, default=None)
+    parser.addini(
+        "mps_benchmark_compare_fail", COMPARE_FAIL_HELP, type="linelist", default=[]
+    )
+    parser.addini("mps_benchmark_storage", STORAGE_HELP, default=None)
+    parser.addini("mps_benchmark_histogram", HISTOGRAM_HELP, default=None)
+
+
+def _setting(config: pytest.Config, name: str, parse: Callable[[str, str], Any]) -> Any:
+    """An option's value, command line over ini, validated naming its source."""
+    value = config.getoption(name)
+    where = "--" + name.replace("_", "-")
+    if value is None:
+        value = config.getini(name)
+        where = f"ini option {name} in {config.inipath}"
+    if value is None or value == "":
+        return None
+    try:
+        return parse(str(value), where)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _switch(config: pytest.Config, name: str) -> bool:
+    value = config.getoption(name)
+    return bool(config.getini(name) if value is None else value)
+
+
+def _table(config: pytest.Config) -> o.Table:
+    columns = _setting(config, "mps_benchmark_columns", o.parse_columns)
+    default = o.Table()
+    return o.Table(
+        columns=columns or default.columns,
+        chosen=columns is not None,
+        sort=_setting(config, "mps_benchmark_sort", o.parse_sort) or default.sort,
+        group_by=_setting(config, "mps_benchmark_group_by", o.parse_group_by)
+        or default.group_by,
+        name=_setting(config, "mps_benchmark_name", o.parse_name_format)
+        or default.name,
+        time_unit=_setting(config, "mps_benchmark_time_unit", o.parse_time_unit)
+        or default.time_unit,
+    )
+
+
+def _histogram(config: pytest.Config) -> Path | None:
+    prefix = config.getoption("mps_benchmark_histogram")
+    where = "--mps-benchmark-histogram"
+    if prefix is None:
+        prefix = config.getini("mps_benchmark_histogram") or None
+        where = f"ini option mps_benchmark_histogram in {config.inipath}"
+    if prefix is None:
+        return None
+    try:
+        # Imported now (only under this flag), so a missing or broken
+        # matplotlib stops the run before the benchmarks rather than after.
+        importlib.import_module("matplotlib")
+    except ImportError:
+        raise pytest.UsageError(
+            f"{where} needs matplotlib, which is not installed: "
+            "pip install 'pytest-mps[plot]'"
+        ) from None
+    return Path(prefix)
+
+
+def read_options(config: pytest.Config) -> o.BenchmarkOptions:
+    """Validate the options and ini values; UsageError naming the culprit."""
+    only, skip = (
+        config.getoption("mps_benchmark_only"),
+        config.getoption("mps_benchmark_skip"),
+    )
+    if only and skip:
+        raise pytest.UsageError(
+            "--mps-benchmark-only and --mps-benchmark-skip contradict each other"
+        )
+    exprs = config.getoption("mps_benchmark_compare_fail")
+    where = "--mps-benchmark-compare-fail"
+    if not exprs:
+        exprs = config.getini("mps_benchmark_compare_fail")
+        where = f"ini option mps_benchmark_compare_fail in {config.inipath}"
+    try:
+        fail = tuple(o.parse_fail_expr(e, where) for e in exprs)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    storage = config.getoption("mps_benchmark_storage") or config.getini(
+        "mps_benchmark_storage"
+    )
+    defaults = o.Settings()
+
+    def setting(name: str, parse: Callable[[str, str], Any], default: Any) -> Any:
+        value = _setting(config, name, parse)
+        return default if value is None else value
+
+    json_path = config.getoption("mps_benchmark_json")
+    return o.BenchmarkOptions(
+        only=bool(only),
+        skip=bool(skip),
+        json=Path(json_path) if json_path else None,
+        save=config.getoption("mps_benchmark_save"),
+        autosave=_switch(config, "mps_benchmark_autosave"),
+        save_data=_switch(config, "mps_benchmark_save_data"),
+        compare=config.getoption("mps_benchmark_compare"),
+        compare_fail=fail,
+        devices=_setting(config, "mps_benchmark_devices", o.parse_device_list) or (),
+        storage=Path(config.rootpath, storage or ".benchmarks"),
+        settings=defaults._replace(
+            min_time=setting("mps_benchmark_min_time", o.parse_seconds, 5e-6),
+            max_time=setting("mps_benchmark_max_time", o.parse_seconds, 1.0),
+            min_rounds=setting("mps_benchmark_min_rounds", o.parse_rounds, 5),
+            warmup=setting("mps_benchmark_warmup", o.parse_warmup, True),
+            precision=_setting(config, "mps_benchmark_precision", o.parse_precision),
+            disable_gc=_switch(config, "mps_benchmark_disable_gc"),
+        ),
+        lock=setting("mps_benchmark_lock", o.parse_lock, "auto"),
+        alias=_switch(config, "mps_benchmark_alias"),
+        disable=_switch(config, "mps_benchmark_disable")
+        and not config.getoption("mps_benchmark_enable"),
+        table=_table(config),
+        histogram=_histogram(config),
+    )
