@@ -168,14 +168,42 @@ def _no_tensors(func: str, names: list[str]) -> str:
     return f"{func}: no tensors found in {', '.join(names) or 'the arguments'}"
 
 
+#: a failure names at most this many tensors, offenders first
+MAX_NAMED = 10
+
+
+def _named(paths: list[str], room: int) -> str:
+    """Up to ``room`` paths, then how many more."""
+    shown = ", ".join(paths[:room])
+    more = len(paths) - min(room, len(paths))
+    if not shown:
+        return f"{more} tensor{'s' if more > 1 else ''}"
+    return shown + (f" and {more} more" if more else "")
+
+
+def _offenders(groups: list[tuple[str, list[str]]]) -> tuple[str, int]:
+    """``a, b on cpu; c on meta``, naming at most MAX_NAMED; and the room left."""
+    room = MAX_NAMED
+    parts = []
+    for device, paths in groups:
+        parts.append(f"{_named(paths, room)} on {device}")
+        room = max(0, room - len(paths))
+    return "; ".join(parts), room
+
+
+_FIX = "move them to one device with .to(device) (map_location= for a checkpoint)"
+
+
 def assert_same_device(*objs: Any, **named: Any) -> None:
     """Assert that every tensor in ``objs`` lives on one device.
 
     Accepts tensors, modules (parameters and buffers), optimizers (parameters and
     state), and nested dicts, lists, tuples, named tuples and dataclasses. The
-    failure names every tensor by its path, grouped by device, e.g.
-    ``model.lm_head.weight on mps:0; batch['input_ids'] on cpu``. Keyword
-    arguments name their objects; positional ones are named from the call's source.
+    failure names the tensors off the device most of them are on first, then
+    the others, each by its path, ten at most (``batch["input_ids"] on cpu;
+    the other 14 on mps:0: model.wte.weight, ... and 12 more``). Keyword
+    arguments name their objects; positional ones are named from the call's
+    source.
     """
     __tracebackhide__ = True
     names = argument_names(_caller(), "assert_same_device", len(objs))
@@ -184,18 +212,25 @@ def assert_same_device(*objs: Any, **named: Any) -> None:
         raise AssertionError(_no_tensors("assert_same_device", names + list(named)))
     groups = _group(leaves)
     if len(groups) > 1:
+        # the device holding most tensors is where they belong, most likely
         ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-        detail = "; ".join(f"{', '.join(paths)} on {dev}" for dev, paths in ordered)
-        raise AssertionError(f"tensors are on {len(groups)} devices: {detail}")
+        (home, rest), others = ordered[0], ordered[1:]
+        offenders, room = _offenders(others)
+        raise AssertionError(
+            f"tensors are on {len(groups)} devices: {offenders}; the other "
+            f"{len(rest)} on {home}: {_named(rest, room)}\n{_FIX}"
+        )
 
 
 def assert_on_device(obj: Any, device: str | torch.device, **named: Any) -> None:
     """Assert that every tensor in ``obj`` (and in keyword arguments) is on ``device``.
 
     ``mps`` and ``mps:0`` are the same device; so are ``cuda`` and the current
-    CUDA device. The failure names every tensor elsewhere, grouped by device.
+    CUDA device. The failure names the tensors elsewhere, grouped by device,
+    ten at most; a ``device`` that names no device is a ValueError.
     """
     __tracebackhide__ = True
+    expected = _expected_device(device)
     frame = _caller()
     names = argument_names(frame, "assert_on_device", 2)
     if names[0] == "args[0]":
@@ -203,10 +238,27 @@ def assert_on_device(obj: Any, device: str | torch.device, **named: Any) -> None
     leaves = _collect((obj,), named, names[:1])
     if not leaves:
         raise AssertionError(_no_tensors("assert_on_device", names[:1] + list(named)))
-    expected = canonical(device)
     groups = _group(leaves)
     wrong = {dev: paths for dev, paths in groups.items() if dev != expected}
     if wrong:
         ordered = sorted(wrong.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-        detail = "; ".join(f"{', '.join(paths)} on {dev}" for dev, paths in ordered)
-        raise AssertionError(f"expected every tensor on {expected}, but {detail}")
+        detail, _ = _offenders(ordered)
+        moved = f"move them with .to({expected!r})"
+        raise AssertionError(
+            f"expected every tensor on {expected}, but {detail}\n{moved}"
+        )
+
+
+def _expected_device(device: Any) -> str:
+    """``canonical(device)``; ValueError naming the devices when it is none."""
+    __tracebackhide__ = True
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"assert_on_device: device={device!r} is not a device; use cpu, mps, "
+            "cuda, cuda:N or a torch.device"
+        ) from None
+    return canonical(device)

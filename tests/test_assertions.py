@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from pytest_mps import assert_on_device, assert_same_device
 
 Pair = collections.namedtuple("Pair", ["left", "right"])
+FIX = "move them to one device with .to(device) (map_location= for a checkpoint)"
 
 
 @dataclasses.dataclass
@@ -32,9 +33,9 @@ def test_nested_mix_names_every_leaf_grouped_by_device() -> None:
     with pytest.raises(AssertionError) as info:
         assert_same_device(model, batch)
     assert str(info.value) == (
-        "tensors are on 2 devices: "
-        'model.weight, model.bias, batch["pair"].left on cpu; '
-        'batch["input_ids"], batch["pair"].right[0] on meta'
+        # the tensors off the device most of them are on come first
+        'tensors are on 2 devices: batch["input_ids"], batch["pair"].right[0] on '
+        'meta; the other 3 on cpu: model.weight, model.bias, batch["pair"].left\n' + FIX
     )
 
 
@@ -43,9 +44,9 @@ def test_dataclass_and_keyword_names_are_used() -> None:
     with pytest.raises(AssertionError) as info:
         assert_same_device(inputs=data)
     assert str(info.value) == (
-        # equal-sized groups are ordered by device name
-        'tensors are on 2 devices: inputs.extra["mask"] on cpu; '
-        "inputs.input_ids on meta"
+        # of equal-sized groups, the first by device name is taken as home
+        "tensors are on 2 devices: inputs.input_ids on meta; the other 1 on cpu: "
+        'inputs.extra["mask"]\n' + FIX
     )
 
 
@@ -60,10 +61,10 @@ def test_optimizer_state_is_named_after_the_model_parameter() -> None:
     with pytest.raises(AssertionError) as info:
         assert_same_device(model, optimizer)
     assert str(info.value) == (
-        "tensors are on 2 devices: model.weight, "
+        'tensors are on 2 devices: optimizer.state[model.weight]["exp_avg"] on meta; '
+        "the other 3 on cpu: model.weight, "
         'optimizer.state[model.weight]["step"], '
-        'optimizer.state[model.weight]["exp_avg_sq"] on cpu; '
-        'optimizer.state[model.weight]["exp_avg"] on meta'
+        'optimizer.state[model.weight]["exp_avg_sq"]\n' + FIX
     )
 
 
@@ -87,7 +88,10 @@ def test_assert_on_device_names_what_is_elsewhere() -> None:
     batch = {"x": torch.zeros(1), "y": torch.zeros(1, device="meta")}
     with pytest.raises(AssertionError) as info:
         assert_on_device(batch, "meta")
-    assert str(info.value) == 'expected every tensor on meta, but batch["x"] on cpu'
+    assert str(info.value) == (
+        'expected every tensor on meta, but batch["x"] on cpu\n'
+        "move them with .to('meta')"
+    )
     assert_on_device(batch["y"], torch.device("meta"))
 
 
@@ -102,9 +106,9 @@ def test_mps_and_mps0_are_one_device_with_genuine_mps_tensors() -> None:
     assert_same_device(on_mps, also_mps)
     with pytest.raises(AssertionError) as info:
         assert_same_device(lm_head=on_mps, input_ids=torch.zeros(1))
-    assert (
-        str(info.value)
-        == "tensors are on 2 devices: input_ids on cpu; lm_head on mps:0"
+    assert str(info.value) == (
+        "tensors are on 2 devices: lm_head on mps:0; the other 1 on cpu: "
+        "input_ids\n" + FIX
     )
 
 
@@ -125,8 +129,9 @@ def test_failure_shows_like_a_builtin_assertion(pytester: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(
         [
             ">       assert_same_device(model, batch)",
-            "E       AssertionError: tensors are on 2 devices: model.weight, "
-            'model.bias on cpu; batch["input_ids"] on meta',
+            'E       AssertionError: tensors are on 2 devices: batch["input_ids"] on '
+            "meta; the other 2 on cpu: model.weight, model.bias",
+            "E       " + FIX,
         ]
     )
     # The helper's own frames are hidden from the traceback.
@@ -174,11 +179,70 @@ def test_random_nested_structures_name_each_leaf_once(data: Any) -> None:
         with pytest.raises(AssertionError) as info:
             assert_same_device(data)
         message = str(info.value)
-        body = message.split(": ", 1)[1]
+        first, _ = message.split("\n")
+        body = first.split(": ", 1)[1]
+        *offenders, rest = body.split("; ")
         groups = {}
-        for part in body.split("; "):
+        for part in offenders:
             paths, device = part.rsplit(" on ", 1)
             groups[device] = paths.split(", ")
+        home, paths = rest.removeprefix("the other ").split(" on ", 1)[1].split(": ")
+        groups[home] = paths.split(", ")
         for path, device in expected:
             assert path in groups[device], (path, message)
         assert sum(len(v) for v in groups.values()) == len(expected)
+
+
+class TinyGPT(torch.nn.Module):
+    # the shape of the template's model: embeddings, two blocks, a tied head
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = torch.nn.Embedding(65, 32)
+        self.wpe = torch.nn.Embedding(16, 32)
+        self.h = torch.nn.ModuleList(
+            torch.nn.ModuleDict(
+                {"ln": torch.nn.LayerNorm(32), "attn": torch.nn.Linear(32, 96)}
+            )
+            for _ in range(2)
+        )
+        self.lm_head = torch.nn.Linear(32, 65, bias=False)
+
+
+def test_the_tensor_off_a_models_device_is_named_first_in_two_short_lines() -> None:
+    model = TinyGPT().to("meta")
+    batch = {"input_ids": torch.zeros(2, 16, dtype=torch.long)}
+    with pytest.raises(AssertionError) as info:
+        assert_same_device(model, batch)
+    message = str(info.value)
+    assert message == (
+        'tensors are on 2 devices: batch["input_ids"] on cpu; the other 11 on meta: '
+        "model.wte.weight, model.wpe.weight, model.h.0.ln.weight, model.h.0.ln.bias, "
+        "model.h.0.attn.weight, model.h.0.attn.bias, model.h.1.ln.weight, "
+        "model.h.1.ln.bias, model.h.1.attn.weight and 2 more\n" + FIX
+    )
+    # ten names at most: 915 characters before, with the offender last
+    assert message.count(", ") + message.count(" and ") == 9
+    assert len(message.splitlines()) == 2 and len(message) < 350
+
+
+def test_many_tensors_off_the_device_are_counted_past_ten() -> None:
+    moved = {f"x{i}": torch.zeros(1, device="meta") for i in range(12)}
+    with pytest.raises(AssertionError) as info:
+        assert_on_device(moved, "cpu")
+    message = str(info.value)
+    assert message.startswith(
+        'expected every tensor on cpu, but moved["x0"], moved["x1"], '
+    )
+    assert 'moved["x9"] and 2 more on meta\n' in message
+    assert len(message) < 250
+
+
+def test_a_device_that_is_no_device_is_a_value_error_naming_the_valid_ones() -> None:
+    with pytest.raises(ValueError) as info:
+        assert_on_device(torch.zeros(1), "gpu")
+    message = str(info.value)
+    assert message == (
+        "assert_on_device: device='gpu' is not a device; use cpu, mps, cuda, "
+        "cuda:N or a torch.device"
+    )
+    assert len(message.splitlines()) == 1 and len(message) < 120

@@ -122,6 +122,24 @@ def test_corrections_apply_only_to_their_versions(table: mps_ops.OpTable) -> Non
     assert new.predict("aten::im2col").outcome == mps_ops.MPS_KERNEL
 
 
+def test_mvlgamma_is_composite_where_its_out_sibling_lacks_mps(
+    table: mps_ops.OpTable,
+) -> None:
+    # torch 2.11's yaml: mvlgamma.out is CPU, CUDA only, and mvlgamma is a
+    # CompositeExplicitAutograd functional; the composite-out rule alone would
+    # call it a fallback (its kernel never calls mvlgamma.out: UnaryOps.cpp)
+    codes = {**table.codes, "mvlgamma.out": "none", "frexp.Tensor_out": "none"}
+    codes["mvlgamma"] = "composite-out:mvlgamma.out"
+    codes["frexp.Tensor"] = "composite-out:frexp.Tensor_out"
+    older = dataclasses.replace(table, codes=codes, version=(2, 11), _predictions={})
+    mvlgamma = older.predict("aten::mvlgamma")
+    assert mvlgamma.outcome == mps_ops.COMPOSITE
+    assert not mvlgamma.problem
+    assert "UnaryOps.cpp" in mvlgamma.source
+    # the rule still holds where the kernel does call its sibling
+    assert older.predict("aten::frexp.Tensor").outcome == mps_ops.FALLBACK
+
+
 def test_every_correction_names_an_op_of_the_installed_yaml(
     table: mps_ops.OpTable,
 ) -> None:
@@ -261,3 +279,24 @@ def test_the_cache_directory_follows_the_environment(
     monkeypatch.delenv("PYTEST_MPS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert mps_ops.cache_dir() == tmp_path / "xdg" / "pytest-mps"
+
+
+def test_the_backward_of_a_forward_mps_runs_as_a_composite_is_not_predicted() -> None:
+    # torch 2.11's yaml: native_group_norm is CPU/CUDA and a composite
+    # math_group_norm (MPS's path); its backward is CPU/CUDA only, and only a
+    # CPU or CUDA run ever calls it
+    table = mps_ops.OpTable(
+        {
+            "native_group_norm": "composite:CompositeExplicitAutograd",
+            "native_group_norm_backward": "none",
+            "native_layer_norm": "explicit",
+            "native_layer_norm_backward": "none",
+        },
+        "2.11.0",
+        "0" * 64,
+        0.0,
+        "memory",
+    )
+    assert table.predict("aten::native_group_norm_backward").outcome == mps_ops.ROUTED
+    # a forward with an MPS kernel of its own: its missing backward is real
+    assert table.predict("aten::native_layer_norm_backward").outcome == mps_ops.FALLBACK

@@ -233,6 +233,8 @@ def test_not_implemented_error_names_the_op_and_how_to_collect_them_all(
             "aten::_fft_r2c has no MPS kernel: run with --mps-fallback=warn, or set "
             "PYTORCH_ENABLE_MPS_FALLBACK=1, to run on and list every op that falls "
             "back to the CPU",
+            "(ask for the kernel on PyTorch's MPS op tracker, "
+            "https://github.com/pytorch/pytorch/issues/141287)",
             "ops with no MPS kernel (fallback disabled):",
             "  aten::_fft_r2c: 1 call(s) in 1 test(s)",
         ]
@@ -313,7 +315,7 @@ def test_header_says_when_torch_was_imported_before_the_variable_was_set(
     result.stdout.fnmatch_lines(
         [
             "pytest-mps fallback: warn (PYTORCH_ENABLE_MPS_FALLBACK=1 set by "
-            "pytest-mps)",
+            "pytest-mps)*",
             "pytest-mps WARNING: torch was imported before pytest-mps could set "
             "PYTORCH_ENABLE_MPS_FALLBACK=1*NotImplementedError*",
         ]
@@ -399,3 +401,19 @@ def test_bad_allow_marker_fails_that_test_naming_marker_and_test(
             "'aten::_linalg_svd'"
         ]
     )
+
+
+def test_the_header_says_a_run_off_mps_cannot_fall_back(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest("--mps-fallback=error")
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps fallback: error (PYTORCH_ENABLE_MPS_FALLBACK=1 set by "
+            "pytest-mps); no test runs on MPS, so nothing can fall back "
+            "(--mps-emulate)"
+        ]
+    )
+    emulated = pytester.runpytest("--mps-fallback=error", "--mps-emulate")
+    emulated.stdout.no_fnmatch_line("*nothing can fall back*")

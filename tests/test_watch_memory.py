@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -95,66 +93,38 @@ def test_marker_is_listed(pytester: pytest.Pytester) -> None:
     )
 
 
-# torch/mps/__init__.py: current_allocated_memory() "Returns the current GPU memory
-# occupied by tensors in bytes" (torch._C._mps_currentAllocatedMemory),
-# driver_allocated_memory() "total GPU memory allocated by Metal driver",
-# recommended_max_memory() "recommended max working set size"; they cannot run
-# on Linux, so this conftest fakes them (and is_built/is_available) with a byte
-# counter that the user's test moves, as MPS tensors would.
-FAKE_MPS_CONFTEST = """
-import torch
-
-allocated = [0]
-NAMES = [
-    (torch.backends.mps, "is_built"),
-    (torch.backends.mps, "is_available"),
-    (torch.mps, "current_allocated_memory"),
-    (torch.mps, "driver_allocated_memory"),
-    (torch.mps, "recommended_max_memory"),
-    (torch.mps, "synchronize"),
-]
-saved = [getattr(module, name) for module, name in NAMES]
-
-def pytest_unconfigure(config):
-    # pytester runs in this process: leave torch as it was
-    for (module, name), value in zip(NAMES, saved):
-        setattr(module, name, value)
-
-def pytest_configure(config):
-    torch.backends.mps.is_built = lambda: True
-    torch.backends.mps.is_available = lambda: True
-    torch.mps.current_allocated_memory = lambda: allocated[0]
-    torch.mps.driver_allocated_memory = lambda: allocated[0] + 8 * 2**20
-    torch.mps.recommended_max_memory = lambda: 16 * 2**30
-    torch.mps.synchronize = lambda: None
-"""
+# The MPS path (peak sampled before each op from torch.mps's counters) runs
+# for real on the emulated device: tests/test_emulate_watchers.py.
 
 
-def test_on_mps_the_peak_is_sampled_before_each_op(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(FAKE_MPS_CONFTEST)
+def test_the_fixture_prints_what_it_holds_in_one_line(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makepyfile(
         """
-        import pytest
-        import torch
-        from conftest import allocated
-
-        @pytest.mark.mps_memory(max_mb=32)
-        def test_temporary_buffer():
-            allocated[0] += 64 * 2**20   # a 64 MiB activation appears
-            torch.ones(3).sum()           # ops run while it is alive
-            allocated[0] -= 64 * 2**20   # and it is freed
-            torch.ones(3).sum()
+        def test_printed(mps_memory):
+            print(repr(mps_memory))
         """
     )
-    result = pytester.runpytest("--mps", "-rA", "--mps-report=r.json")
-    assert torch.backends.mps.is_built() is False
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*over the memory budget on mps: peak 64.0 MiB > max_mb=32",
-            "mps: peak +64.0 MiB, left allocated +0.0 MiB, driver_allocated 8.0 MiB",
-        ]
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=1)
+    shown = (
+        "MemoryUsage(cpu: memory not measured (PyTorch keeps no allocator "
+        "statistics for the CPU))"
     )
-    (row,) = json.loads((pytester.path / "r.json").read_text())["memory"]
-    assert row["device"] == "mps"
-    assert (row["peak_mb"], row["left_mb"]) == (64.0, 0.0)
+    (line,) = [line for line in result.stdout.lines if "MemoryUsage(" in line]
+    printed = line[line.index("MemoryUsage(") :]
+    assert printed == shown
+    result.stdout.no_fnmatch_line("*object at 0x*")
+    assert len(printed) < 100
+
+
+def test_a_measured_usage_reads_as_its_summary() -> None:
+    from pytest_mps.watch.memory import MIB, MemoryUsage
+
+    usage = MemoryUsage("cuda:0", True)
+    assert repr(usage) == "MemoryUsage(cuda:0: measured when the test's call ends)"
+    usage.start, usage.peak, usage.end = 0, 3 * MIB, MIB
+    assert repr(usage) == (
+        "MemoryUsage(cuda:0: peak +3.0 MiB, left allocated +1.0 MiB)"
+    )

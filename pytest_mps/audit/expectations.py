@@ -55,12 +55,42 @@ class SourceError(Exception):
     """A source file is missing, unreadable or not in the expected shape."""
 
 
+_COMPARE = {
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ByMacos:
+    """An entry's dtypes that depend on the macOS: ``A if MACOS_VERSION < 15.0 else B``.
+
+    torch 2.11's ``scatter_reduceamax``; ``MACOS_VERSION`` is the Mac's
+    ``major.minor`` as a float (common_mps.py).
+    """
+
+    compare: Callable[[float, float], bool]
+    threshold: float
+    then: list[str] | None
+    otherwise: list[str] | None
+
+    def pick(self, macos: tuple[int, int]) -> list[str] | None:
+        """The dtypes listed for ``macos`` (``(99, 0)``: the newest)."""
+        version = float(f"{macos[0]}.{macos[1]}")
+        return self.then if self.compare(version, self.threshold) else self.otherwise
+
+
+Dtypes = list[str] | None | ByMacos
+
+
 @dataclasses.dataclass(frozen=True)
 class MpsLists:
     """``mps_ops_modifier``'s lists: name -> {OpInfo key: dtypes or None (all)}."""
 
     path: str
-    lists: dict[str, dict[str, list[str] | None]]
+    lists: dict[str, dict[str, Dtypes]]
     comments: dict[tuple[str, str], str]
     complex_ok: frozenset[str]
 
@@ -69,15 +99,15 @@ class MpsLists:
     ) -> tuple[bool, str] | None:
         """(True: expected to fail, the list) / (False: runs, ...) / None: silent."""
         for name in SILENT_LISTS:
-            if _listed(self.lists.get(name, {}), key, dtype):
+            if _listed(self.lists.get(name, {}), key, dtype, macos):
                 return None
         for name in LACKING_LISTS:
-            if _listed(self.lists.get(name, {}), key, dtype):
+            if _listed(self.lists.get(name, {}), key, dtype, macos):
                 return True, name
         for name, entries in self.lists.items():
             gate = _MACOS_LIST.match(name)
             if gate and macos < (int(gate[1]), int(gate[2])):
-                if _listed(entries, key, dtype):
+                if _listed(entries, key, dtype, macos):
                     return True, name
         if dtype in _COMPLEX and self.complex_ok and key not in self.complex_ok:
             return True, "SUPPORTED_COMPLEX_OPS (not in it)"
@@ -88,11 +118,38 @@ class MpsLists:
         return self.comments.get((name, key), "")
 
 
-def _listed(entries: Mapping[str, list[str] | None], key: str, dtype: str) -> bool:
+def _listed(
+    entries: Mapping[str, Dtypes], key: str, dtype: str, macos: tuple[int, int]
+) -> bool:
     if key not in entries:
         return False
     dtypes = entries[key]
+    if isinstance(dtypes, ByMacos):
+        dtypes = dtypes.pick(macos)
     return dtypes is None or dtype in dtypes
+
+
+def _dtypes(node: ast.AST) -> Dtypes:
+    """An entry's value: dtypes, None (all), or dtypes chosen by the macOS."""
+    if isinstance(node, ast.IfExp):
+        test = node.test
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "MACOS_VERSION"
+            and len(test.ops) == 1
+            and type(test.ops[0]) in _COMPARE
+            and isinstance(test.comparators[0], ast.Constant)
+            and isinstance(test.comparators[0].value, (int, float))
+        ):
+            return ByMacos(
+                _COMPARE[type(test.ops[0])],
+                float(test.comparators[0].value),
+                _literal(node.body),
+                _literal(node.orelse),
+            )
+    value = _literal(node)
+    return None if value is None else [str(v) for v in value]
 
 
 def _literal(node: ast.AST) -> Any:
@@ -138,7 +195,7 @@ def read_lists(path: Path) -> MpsLists:
     if function is None:
         raise SourceError(f"{path}: no mps_ops_modifier() in it")
     lines = text.splitlines()
-    lists: dict[str, dict[str, list[str] | None]] = {}
+    lists: dict[str, dict[str, Dtypes]] = {}
     comments: dict[tuple[str, str], str] = {}
     complex_ok: list[str] = []
     for stmt in function.body:
@@ -152,12 +209,12 @@ def read_lists(path: Path) -> MpsLists:
             continue
         try:
             if isinstance(value, ast.Dict):
-                entries: dict[str, list[str] | None] = {}
+                entries: dict[str, Dtypes] = {}
                 for key_node, dtypes in zip(value.keys, value.values, strict=True):
                     if not isinstance(key_node, ast.Constant):
                         continue
                     key = str(key_node.value)
-                    entries[key] = _literal(dtypes)
+                    entries[key] = _dtypes(dtypes)
                     comments[(target.id, key)] = _comment_above(
                         lines, key_node.lineno, value.lineno - 1
                     )

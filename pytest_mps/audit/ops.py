@@ -87,7 +87,7 @@ _COMPOSITE_KEYS = (
 )
 
 #: Cache-file layout version; bump when the stored table changes shape.
-_CACHE_FORMAT = 3
+_CACHE_FORMAT = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +115,8 @@ class Correction:
 _FALLBACK_NEW = "MPSFallback.mm @035290b registers mps_fallback"
 _FALLBACK_OLD = "MPSFallback.mm @33ce581 registers mps_fallback (gone in @035290b)"
 
-#: Ops registered with MPSFallback.mm's ``mps_fallback`` directly, so they run on
+#: Ops the yaml's rules get wrong for MPS. Mostly ops registered with
+#: MPSFallback.mm's ``mps_fallback`` directly, so they run on
 #: the CPU even without PYTORCH_ENABLE_MPS_FALLBACK (and override the composite
 #: kernel the yaml gives linalg_svd and upsample_nearest3d.vec). No upper bound
 #: where the newest source read (@035290b) still lists the op: a Mac owner
@@ -157,6 +158,18 @@ CORRECTIONS: tuple[Correction, ...] = (
         _FALLBACK_OLD,
         None,
         (2, 6),
+    ),
+    # The composite-out rule (3 above) guesses which sibling a composite kernel
+    # calls; mvlgamma's calls none: UnaryOps.cpp builds it from arange, add,
+    # lgamma_ and sum (and mvlgamma.out calls it, not the other way round).
+    # Before 2.13 mvlgamma.out had no MPS key, and the rule called mvlgamma a
+    # fallback that PyTorch's 2.11 MPS tests run (benchmarks/audit_accuracy.py).
+    Correction(
+        "mvlgamma",
+        COMPOSITE,
+        "its composite kernel builds on arange, add, lgamma_ and sum",
+        "aten/src/ATen/native/UnaryOps.cpp, mvlgamma",
+        checked="2026-11-24",
     ),
 )
 
@@ -312,6 +325,27 @@ def classify(parsed: Any, backend: str = "MPS") -> dict[str, str]:
     return table
 
 
+def tensor_iterator_ops(parsed: Any) -> list[str]:
+    """Overloads whose kernel is a TensorIterator, by the yaml's own word.
+
+    An out= overload with ``structured_inherits: TensorIteratorBase``, and
+    every overload delegating to one (``add.Tensor``, ``add_.Tensor``): the
+    shared meta function builds the iterator, whose device check
+    (TensorIterator.cpp, ``compute_types``) takes 0-dim CPU tensors as scalars
+    on every backend and names both devices when others mix.
+    """
+    iterators = {
+        f.func.name
+        for f in parsed.native_functions
+        if f.structured and f.structured_inherits == "TensorIteratorBase"
+    }
+    return sorted(
+        str(f.func.name)
+        for f in parsed.native_functions
+        if f.func.name in iterators or f.structured_delegate in iterators
+    )
+
+
 def _outcome_of(code: str) -> tuple[str, str]:
     kind, _, detail = code.partition(":")
     if kind == "explicit":
@@ -351,6 +385,8 @@ class OpTable:
     seconds: float
     source: str  # "parsed", "cache file", or "memory"
     version: tuple[int, int] = (0, 0)
+    #: Overloads whose kernel is a TensorIterator (:func:`tensor_iterator_ops`).
+    iterators: frozenset[str] = frozenset()
     #: The backend ``codes`` were classified for; corrections and routing are
     #: facts about MPS and apply only to it.
     backend: str = "MPS"
@@ -390,6 +426,19 @@ class OpTable:
         if mps and outcome == FALLBACK:
             if name.startswith(ROUTED_PREFIXES):
                 return Prediction(full, ROUTED, "device-specific kernel; " + rule)
+            forward = name.partition(".")[0].removesuffix("_backward")
+            if forward != name.partition(".")[0] and self.codes.get(
+                forward, ""
+            ).startswith("composite:"):
+                # torch 2.11: native_group_norm is CPU/CUDA plus a composite
+                # math_group_norm, which MPS runs; autograd then differentiates
+                # its parts and never calls native_group_norm_backward there
+                return Prediction(
+                    full,
+                    ROUTED,
+                    f"the backward of {forward}, which MPS runs through its "
+                    "composite kernel (autograd differentiates its parts)",
+                )
             # a structured op whose delegate got an MPS kernel from Python
             target = code.partition(":")[2] if code.startswith("none:") else name
             if _python_mps_kernel(f"aten::{target}"):
@@ -444,15 +493,17 @@ def _registered_outcome(op: str) -> Prediction | None:
     return None
 
 
-def _read_cache(path: Path) -> dict[str, str] | None:
+def _read_cache(path: Path) -> tuple[dict[str, str], list[str]] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT:
         return None
-    codes = data.get("codes")
-    return codes if isinstance(codes, dict) else None
+    codes, iterators = data.get("codes"), data.get("iterators")
+    if not isinstance(codes, dict) or not isinstance(iterators, list):
+        return None
+    return codes, iterators
 
 
 def _write_cache(path: Path, payload: dict[str, Any]) -> None:
@@ -488,16 +539,17 @@ def load_table(directory: Path | None = None, *, use_cache: bool = True) -> OpTa
         seconds = time.perf_counter() - start
         return dataclasses.replace(_memory[key], source="memory", seconds=seconds)
     path = cache_file(directory or cache_dir(), torch.__version__, sha)
-    codes = _read_cache(path) if use_cache else None
+    cached = _read_cache(path) if use_cache else None
     source = "cache file"
-    if codes is None:
+    if cached is None:
         from torchgen.gen import parse_native_yaml
 
         parsed = parse_native_yaml(str(yaml_path), str(tags_path))
-        codes = classify(parsed, "MPS")
+        cached = classify(parsed, "MPS"), tensor_iterator_ops(parsed)
         source = "parsed"
         payload = {"format": _CACHE_FORMAT, "torch": torch.__version__, "sha256": sha}
-        _write_cache(path, {**payload, "codes": codes})
+        _write_cache(path, {**payload, "codes": cached[0], "iterators": cached[1]})
+    codes, iterators = cached
     table = OpTable(
         codes,
         torch.__version__,
@@ -505,6 +557,7 @@ def load_table(directory: Path | None = None, *, use_cache: bool = True) -> OpTa
         time.perf_counter() - start,
         source,
         torch_version(),
+        frozenset(iterators),
     )
     _memory[key] = table
     return table

@@ -22,45 +22,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_mps.options import argparse_type, choice
+from pytest_mps import ownership
+from pytest_mps.audit import ignores
+from pytest_mps.audit.settings import (
+    AUDIT_CHECK_HELP,
+    AUDIT_HELP,
+    LEVELS,
+    MACOS_HELP,
+    NEWEST_MACOS,
+    AuditSettings,
+    level_mistake,
+    parse_macos,
+    read_settings,
+)
+from pytest_mps.options import argparse_type
 
 if TYPE_CHECKING:
     from pytest_mps.audit.ops import OpTable
     from pytest_mps.audit.recorder import Recorder
-
-AUDIT_HELP = (
-    "predict what the suite would do on MPS from the ops each test runs here: "
-    "ops that fall back to the CPU or raise, dtypes MPS cannot hold. "
-    "--mps-audit=off (default), --mps-audit=report (list findings), "
-    "--mps-audit=error (also fail those tests). A bare --mps-audit means report."
-)
-AUDIT_CHECK_HELP = (
-    "on a Mac (torch built with MPS): compare the audit's prediction for every "
-    "op the suite ran with the MPS dispatcher's registrations; print differences."
-)
-MACOS_HELP = (
-    "the macOS version the audit predicts for, like 14.4 (default: the newest): "
-    "bfloat16 and complex need 14.0, some PyTorch expectations depend on it"
-)
-LEVELS = ("off", "report", "error")
-#: Major macOS versions MPS runs on (12.3 is the first with MPS).
-MACOS_MAJORS = (12, 13, 14, 15, 26)
-NEWEST_MACOS = (99, 0)
-PROPERTY = "pytest_mps_audit"
-OPS_PROPERTY = "pytest_mps_audit_ops"
-
-
-class AuditSettings(NamedTuple):
-    """The session's audit level and whether to check against the dispatcher."""
-
-    level: str
-    check: bool
-    macos: tuple[int, int] = NEWEST_MACOS
 
 
 class Expectations(NamedTuple):
@@ -77,29 +61,11 @@ settings_key = pytest.StashKey[AuditSettings]()
 table_key: pytest.StashKey[OpTable] = pytest.StashKey()
 expectations_key = pytest.StashKey[Expectations]()
 _recorder_key: pytest.StashKey[Recorder] = pytest.StashKey()
+#: the session's mps_audit_ignore ini lines
+ini_ignores_key = pytest.StashKey[tuple[ignores.Ignore, ...]]()
 
 
-parse_level = choice(LEVELS)
-
-
-def parse_macos(value: str, where: str) -> tuple[int, int]:
-    """``"14.4"`` -> (14, 4); ``"newest"``/``""`` -> the newest; else ValueError."""
-    text = value.strip().lower()
-    if text in ("", "newest", "latest"):
-        return NEWEST_MACOS
-    parts = text.split(".")
-    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"{where}: {value!r} is not a macOS version (like 14.4 or 15)")
-    major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    if major not in MACOS_MAJORS and major < max(MACOS_MAJORS):
-        known = ", ".join(str(m) for m in MACOS_MAJORS)
-        raise ValueError(f"{where}: {value!r} is not a macOS version (known: {known})")
-    if (major, minor) < (12, 3):
-        raise ValueError(f"{where}: {value!r}: MPS needs macOS 12.3 or newer")
-    return major, minor
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
     group = parser.getgroup("mps")
     # A bare --mps-audit is a flag; its levels are whole option strings
     # (--mps-audit=error), which argparse matches before splitting at "=", so
@@ -139,33 +105,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mps_audit", AUDIT_HELP, default="off")
     parser.addini("mps_audit_macos", MACOS_HELP, default=None)
     parser.addini("mps_audit_check", AUDIT_CHECK_HELP, type="bool", default=False)
+    parser.addini("mps_audit_ignore", ignores.INI_HELP, type="linelist", default=[])
+    # argparse refuses --mps-audit=eror with "ignored explicit argument" and
+    # takes the word after a bare --mps-audit for a path: read the command
+    # line, PYTEST_ADDOPTS and the ini's addopts first and say what was meant
+    # (the config is registered as a plugin before any pytest11 plugin loads)
+    config = pluginmanager.get_plugin("pytestconfig")
+    if config is not None:
+        for args, source in _given_args(config):
+            mistake = level_mistake(args, config.invocation_params.dir, source)
+            if mistake is not None:
+                raise pytest.UsageError(mistake)
 
 
-def _settings(config: pytest.Config) -> AuditSettings:
-    level = config.getoption("mps_audit")
-    if level is None:
-        where = f"ini option mps_audit in {config.inipath}"
-        try:
-            level = parse_level(str(config.getini("mps_audit")), where)
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    check = config.getoption("mps_audit_check")
-    if check is None:
-        check = bool(config.getini("mps_audit_check"))
-    if check and level == "off":
-        level = "report"
-    macos = config.getoption("mps_audit_macos")
-    if macos is None:
-        where = f"ini option mps_audit_macos in {config.inipath}"
-        try:
-            macos = parse_macos(str(config.getini("mps_audit_macos") or ""), where)
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    return AuditSettings(level, bool(check), macos)
+def _given_args(config: pytest.Config) -> list[tuple[list[str], str]]:
+    """The arguments pytest parses, each list with where it comes from."""
+    import os
+    import shlex
+
+    found = [([str(a) for a in config.invocation_params.args], "")]
+    env = os.environ.get("PYTEST_ADDOPTS", "")
+    if env.strip():
+        found.append((shlex.split(env), "PYTEST_ADDOPTS"))
+    try:  # read once the ini file is found, as it is for pytest11 plugins
+        ini = [str(a) for a in config.getini("addopts")]
+    except (ValueError, KeyError, AttributeError):
+        ini = []
+    if ini:
+        name = config.inipath.name if config.inipath else "the ini file"
+        found.append((ini, f"addopts of {name}"))
+    return found
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    settings = config.stash[settings_key] = _settings(config)
+    ownership.register_markers(config, ignores.MARKER)
+    settings = config.stash[settings_key] = read_settings(config)
     if settings.level == "off":
         return
     from pytest_mps import backend
@@ -193,6 +167,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[expectations_key] = load_expectations(
         config.stash[table_key], settings.macos
     )
+    config.stash[ini_ignores_key] = ignores.parse_ini(config)
 
 
 def load_expectations(table: OpTable, macos: tuple[int, int]) -> Expectations:
@@ -276,14 +251,27 @@ def allowed_ops(item: pytest.Item) -> frozenset[str] | None:
     return fallback.allowed_ops_for(item)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if ownership.closest_marker(item, "mps_audit_ignore") is None:
+        return
+    try:
+        ignores.parse_marker(item)
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.hookimpl
 def pytest_mps_watch_ops(item: pytest.Item) -> Any:
     config = item.config
     table = config.stash.get(table_key, None)
     if table is None:
         return None
+    silenced = config.stash.get(ini_ignores_key, ())
+    marked = ignores.parse_marker(item)
+    if marked is not None:
+        silenced = (marked, *silenced)
     from pytest_mps.audit.recorder import Recorder
-    from pytest_mps.devices import devices_key
+    from pytest_mps.devices import devices_key, emulated
     from pytest_mps.watch.settings import expected_syncs_key
 
     callspec = getattr(item, "callspec", None)
@@ -295,25 +283,17 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Any:
         keep_ops=config.stash[settings_key].check,
         # on CPU nothing waits, but the same line would wait on MPS
         count_cpu=str(device or session[0]) == "cpu",
-        # on a CPU-only session every tensor is on the CPU: nothing to mix
-        mixed=any(d != "cpu" for d in session),
+        # a CPU-only session mixes only what a test puts elsewhere itself
+        # (meta tensors, a device= it names), which raises or syncs on MPS too
+        mixed=True,
         expected=found.blamed if found is not None else None,
         macos=config.stash[settings_key].macos,
         expected_syncs=config.stash.get(expected_syncs_key, ()),
+        ignores=silenced,
+        device_only=emulated(config),
     )
     item.stash[_recorder_key] = recorder
     return recorder
-
-
-def _describe(row: Mapping[str, Any]) -> str:
-    from pytest_mps.audit import ops as mps_ops
-
-    origin = f"[{row.get('rule', row['kind'])}; {row.get('certainty', '')}"
-    origin += f"; {row['source']}]" if row.get("source") else "]"
-    if row["kind"] == "dtype":
-        return f"{row['name']} (in {row['op']}): {row['why']} {origin}"
-    meaning = mps_ops.MEANING[row["outcome"]]
-    return f"{row['name']}: {meaning} ({row['why']}) {origin}"
 
 
 # trylast: inside the watch plugin's wrapper, which makes the recorder.
@@ -330,10 +310,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
     problems = [r for r in recorder.results(allowed_ops(item)) if is_problem(r)]
     if problems:
-        lines = [f"  {_describe(r)}\n    first at {r['first']}" for r in problems]
+        from pytest_mps.audit.summary import describe
+
+        lines = [f"  {describe(r)}\n    first at {r['first']}" for r in problems]
         pytest.fail(
             "--mps-audit=error: this test would not run cleanly on MPS:\n"
-            + "\n".join(lines),
+            + "\n".join(lines)
+            + "\n  (on purpose? @pytest.mark.mps_audit_ignore(name, reason=...))",
             pytrace=False,
         )
     return result
@@ -346,6 +329,8 @@ def pytest_runtest_makereport(
     report = yield
     recorder = item.stash.get(_recorder_key, None)
     if recorder is not None and call.when == "call":
+        from pytest_mps.audit.summary import OPS_PROPERTY, PROPERTY
+
         report.user_properties.append((PROPERTY, recorder.results(allowed_ops(item))))
         if recorder.ops is not None:
             report.user_properties.append((OPS_PROPERTY, sorted(recorder.ops)))
@@ -353,49 +338,6 @@ def pytest_runtest_makereport(
 
 
 # -- the session's summary --------------------------------------------------------
-
-
-def _collect(stats: Mapping[str, list[Any]]) -> tuple[dict[str, list[Any]], set[str]]:
-    per_test: dict[str, list[Any]] = {}
-    ops: set[str] = set()
-    for reports in stats.values():
-        for report in reports:
-            if getattr(report, "when", None) != "call":
-                continue
-            for name, value in getattr(report, "user_properties", ()):
-                if name == PROPERTY:
-                    per_test[report.nodeid] = list(value)
-                elif name == OPS_PROPERTY:
-                    ops.update(value)
-    return per_test, ops
-
-
-def session_rows(per_test: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
-    """One row per op or dtype over the session: count, tests, first user line."""
-    from pytest_mps.audit.recorder import is_problem
-
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for nodeid, findings in per_test.items():
-        for found in findings:
-            row = rows.get((found["kind"], found["name"]))
-            if row is None:
-                row = rows[(found["kind"], found["name"])] = {
-                    **found,
-                    "count": 0,
-                    "tests": [],
-                    "allowed": True,
-                }
-            row["count"] += found["count"]
-            row["tests"].append(nodeid)
-            row["allowed"] = row["allowed"] and found["allowed"]
-    return sorted(
-        rows.values(), key=lambda r: (not is_problem(r), r["kind"], r["name"])
-    )
-
-
-def _label(row: Mapping[str, Any]) -> str:
-    label = str(row["outcome"])
-    return label + (" (allowed)" if row.get("allowed") else "")
 
 
 def _lists_summary(config: pytest.Config) -> dict[str, Any]:
@@ -416,39 +358,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if table is None:
         return
     from pytest_mps.audit import ops as mps_ops
-    from pytest_mps.watch.locations import relative_location
+    from pytest_mps.audit import summary
 
-    per_test, ops = _collect(terminalreporter.stats)
-    rows = session_rows(per_test)
-    root = config.rootpath
-    write = terminalreporter.write_line
-    terminalreporter.write_sep(
-        "=", f"MPS audit: predicted from torch {table.torch_version}'s op table"
+    per_test, ops = summary.collect(terminalreporter.stats)
+    tables = summary.write(
+        terminalreporter, config.rootpath, table.torch_version, per_test
     )
-    clean = sum(1 for found in per_test.values() if not found)
-    write(f"{len(per_test)} tests audited, {clean} without findings")
-    for nodeid, findings in per_test.items():
-        if findings:
-            write(nodeid)
-        for row in findings:
-            where = relative_location(row["first"], root)
-            write(f"  {row['name']}  {_label(row)}  x{row['count']}  at {where}")
-    if rows:
-        width = max(len(row["name"]) for row in rows)
-        write("")
-        write(f"{'op or dtype':<{width}}  {'predicted':<28} count  tests  first at")
-        for row in rows:
-            where = relative_location(row["first"], root)
-            write(
-                f"{row['name']:<{width}}  {_label(row):<28} {row['count']:>5}  "
-                f"{len(row['tests']):>5}  {where}"
-            )
-        write("")
-        for outcome in sorted({r["outcome"] for r in rows if r["kind"] == "op"}):
-            write(f"{outcome}: {mps_ops.MEANING[outcome]}")
-        for row in rows:
-            if row["kind"] != "op":
-                write(f"{row['name']} ({row['outcome']}): {row['why']}")
     data: dict[str, Any] = {
         "level": config.stash[settings_key].level,
         "torch": table.torch_version,
@@ -458,13 +373,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         "macos": list(config.stash[settings_key].macos),
         "pytorch_lists": _lists_summary(config),
         "tests": per_test,
-        "session": rows,
+        **tables,
         "corrections": [
             {**dataclasses.asdict(fix), "applies": fix.applies_to(table.version)}
             for fix in mps_ops.CORRECTIONS
         ],
     }
     if config.stash[settings_key].check:
+        write = terminalreporter.write_line
         differences = mps_ops.compare_with_dispatcher(table, ops)
         write(f"--mps-audit-check: {len(ops)} ops compared, {len(differences)} differ")
         for diff in differences:

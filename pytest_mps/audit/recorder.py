@@ -12,11 +12,13 @@ import os
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pytest_mps.audit import ops as mps_ops
 
 if TYPE_CHECKING:
+    from pytest_mps.audit.ignores import Ignore
     from pytest_mps.audit.rules import Call, Verdict
 
 
@@ -55,6 +57,8 @@ def _calls_mode_class() -> type[Any]:
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from pytest_mps.watch.attribution import plugin_running
+
     is_compiling = torch.compiler.is_compiling
 
     class CallsMode(TorchFunctionMode):
@@ -72,7 +76,7 @@ def _calls_mode_class() -> type[Any]:
             __tracebackhide__ = True
             kwargs = kwargs or {}
             recorder = self.recorder
-            if is_compiling() or recorder.call is not None:
+            if is_compiling() or recorder.call is not None or plugin_running[0]:
                 return func(*args, **kwargs)
             recorder.on_call(func, args, kwargs)
             recorder.call = (func, args, kwargs)
@@ -102,13 +106,18 @@ class Recorder:
         expected: Mapping[str, Any] | None = None,
         macos: tuple[int, int] = (99, 0),
         expected_syncs: tuple[tuple[str, str], ...] = (),
+        ignores: tuple[Ignore, ...] = (),
+        device_only: bool = False,
     ) -> None:
         import torch
 
         from pytest_mps.audit.rules import ARGUMENT_RULES
-        from pytest_mps.watch.findings import TestFindings
+        from pytest_mps.watch.device_mix import (
+            describe_tensors,
+            exempt_ops,
+            mixes_devices,
+        )
         from pytest_mps.watch.host_sync import sync_checks
-        from pytest_mps.watch.mixed_devices import DeviceGuard
 
         self.table = table
         # the watching modules' own checks, so both features judge alike
@@ -116,7 +125,9 @@ class Recorder:
         self.count_cpu = count_cpu
         # functions whose host reads are by design (mps_expected_host_syncs)
         self.expected_syncs = expected_syncs
-        self.devices = DeviceGuard(TestFindings()) if mixed else None
+        # ops mixing CPU and device tensors, but for the copies between them
+        self.exempt: frozenset[Any] | None = exempt_ops() if mixed else None
+        self.mixes, self.describe = mixes_devices, describe_tensors
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
         self.bad = _unsupported_dtypes(macos)
@@ -125,11 +136,19 @@ class Recorder:
         self.expected: Mapping[str, Any] = expected or {}
         self.expected_ops = frozenset(k.partition("|")[0] for k in self.expected)
         self.predictions: dict[Any, mps_ops.Prediction] = {}
-        self.findings: dict[tuple[str, str], dict[str, Any]] = {}
+        # (kind, name, side, reason ignored or "") -> the finding
+        self.findings: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.ops: set[str] | None = set() if keep_ops else None
         # the outermost torch API call running now (see calls())
         self.call: Call | None = None
         self.call_rules: dict[Any, Any] | None = None
+        # the mps_audit_ignore marker and ini lines that apply to this test
+        self.ignores = ignores
+        # whose work the op being looked at is: (side, user frame), once per op
+        self.who: tuple[str, FrameType | None] | None = None
+        # under --mps-emulate the device's tensors are told from the host's:
+        # what MPS runs (ops, dtypes) is judged for ops on the device only
+        self.device_only = device_only
 
     def calls(self) -> contextlib.AbstractContextManager[Any]:
         """Note the torch API call each aten op runs under, while in the block.
@@ -158,6 +177,15 @@ class Recorder:
         verdict = rule(args, kwargs)
         if verdict is not None:
             self._note_verdict(op, verdict, "call rule")
+            self.who = None  # holds the user's frame: let it go
+
+    def _whose(self) -> tuple[str, FrameType | None]:
+        """The running op's side (code, test, assert) and user frame, once per op."""
+        if self.who is None:
+            from pytest_mps.watch.attribution import whose
+
+            self.who = whose(sys._getframe(1))
+        return self.who
 
     def _note(
         self,
@@ -170,13 +198,19 @@ class Recorder:
         certainty: str = mps_ops.CERTAIN,
         rule: str = "",
     ) -> None:
-        found = self.findings.get((kind, name))
+        from pytest_mps.watch.attribution import side_for
+
+        side, frame = self._whose()
+        side = side_for(side, kind)
+        filename = frame.f_code.co_filename if frame is not None else ""
+        reason = next(
+            (i.reason for i in self.ignores if i.covers(kind, name, filename)), ""
+        )
+        found = self.findings.get((kind, name, side, reason))
         if found is not None:
             found["count"] += 1
             return
-        from pytest_mps.watch.locations import user_location
-
-        self.findings[(kind, name)] = {
+        self.findings[(kind, name, side, reason)] = {
             "kind": kind,
             "name": name,
             "outcome": outcome,
@@ -186,7 +220,9 @@ class Recorder:
             "source": source,
             "certainty": certainty,
             "count": 1,
-            "first": user_location(),
+            "first": f"{filename}:{frame.f_lineno}" if frame is not None else "unknown",
+            "side": side,
+            "ignored": reason or None,
         }
 
     def _note_verdict(self, op: str, verdict: Verdict, rule: str) -> None:
@@ -207,11 +243,17 @@ class Recorder:
             return True
         if not self.expected_syncs:
             return False
-        from pytest_mps.watch.locations import in_functions, user_frame
+        from pytest_mps.watch.locations import in_functions
 
-        return in_functions(user_frame(sys._getframe(2)), self.expected_syncs)
+        return in_functions(self._whose()[1], self.expected_syncs)
 
     def _check_dtype(self, value: Any, op: str, scalar: bool) -> None:
+        """Note ``value``'s dtype (a tensor's, or a dtype argument) if MPS lacks it.
+
+        The one place a tensor's dtype is judged: with ``scalar`` (a 0-dim
+        value), floating and complex dtypes pass, as MPS ops take such
+        scalars from the CPU.
+        """
         if isinstance(value, self.tensor):
             dtype = value.dtype
             scalar = value.dim() == 0
@@ -238,6 +280,9 @@ class Recorder:
         op = prediction.op
         if self.ops is not None:
             self.ops.add(op)
+        if self.device_only and not _on_device(args, kwargs, self.tensor):
+            self._watch_host_op(func, op, args, kwargs)
+            return
         rule = self.rules.get(op)
         verdict = rule(args, kwargs, self.call) if rule is not None else None
         if verdict is not None:
@@ -268,13 +313,7 @@ class Recorder:
                     mps_ops.CERTAIN,
                     "PyTorch's MPS test lists",
                 )
-        check = self.syncs.get(func)
-        if check is not None:
-            reason = check(args, kwargs, self.count_cpu)
-            if reason is not None and not self._expected_sync(op):
-                self._note("host-sync", op, "host sync", reason, op)
-        if self.devices is not None:
-            self.devices(func, args, kwargs)
+        self._watch_host_op(func, op, args, kwargs)
         tensor, dtype = self.tensor, self.dtype
         scalar: bool | None = None
         for value in (*args, *kwargs.values()):
@@ -290,6 +329,25 @@ class Recorder:
                 for inner in value:
                     if isinstance(inner, tensor):
                         self._check_dtype(inner, op, False)
+        self.who = None  # holds the user's frame: let it go
+
+    def _watch_host_op(
+        self, func: Any, op: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """The host-sync and mixed-device checks, which every op gets."""
+        check = self.syncs.get(func)
+        if check is not None:
+            reason = check(args, kwargs, self.count_cpu)
+            if reason is not None and not self._expected_sync(op):
+                self._note("host-sync", op, "host sync", reason, op)
+        if (
+            self.exempt is not None
+            and func not in self.exempt
+            and self.mixes(args, kwargs)
+        ):
+            why = self.describe(args, kwargs)
+            self._note("mixed-devices", op, "mixed devices", why, op)
+        self.who = None
 
     def results(self, allowed: frozenset[str] | None) -> list[dict[str, Any]]:
         """The findings, each marked allowed or not, problems first."""
@@ -299,29 +357,32 @@ class Recorder:
                 row["name"], allowed
             )
             rows.append({**row, "allowed": allow})
-        if self.devices is not None:
-            for found in self.devices.findings.entries.values():
-                rows.append(
-                    {
-                        "kind": "mixed-devices",
-                        "name": found.op,
-                        "outcome": "mixed devices",
-                        "why": found.detail,
-                        "op": found.op,
-                        "rule": "mixed-devices",
-                        "source": "",
-                        "certainty": mps_ops.CERTAIN,
-                        "count": found.count,
-                        "first": found.location,
-                        "allowed": False,
-                    }
-                )
-        return sorted(rows, key=lambda r: (not is_problem(r), r["kind"], r["name"]))
+        return sorted(rows, key=sort_key)
 
 
 _TORCH = f"{os.sep}torch{os.sep}"
 _OPTIM = f"{_TORCH}optim{os.sep}"
 _OURS = f"{os.sep}pytest_mps{os.sep}"
+
+
+def _on_device(args: tuple[Any, ...], kwargs: Mapping[str, Any], tensor: Any) -> bool:
+    """True when an op works on the device: a tensor off the CPU, no host target.
+
+    Under ``--mps-emulate`` the device's tensors say mps and the host's cpu; a
+    copy to the host (``device="cpu"``) makes host tensors, whatever it reads.
+    """
+    target = kwargs.get("device")
+    if target is not None and str(target).startswith("cpu"):
+        return False
+    values: list[Any] = [*args, *kwargs.values()]
+    for value in values:
+        if isinstance(value, tensor):
+            if not value.is_cpu:
+                return True
+        elif isinstance(value, (list, tuple)):
+            if any(isinstance(v, tensor) and not v.is_cpu for v in value):
+                return True
+    return False
 
 
 def _optimizer_counter(op: str) -> bool:
@@ -346,8 +407,21 @@ def _optimizer_counter(op: str) -> bool:
     return False
 
 
+#: Kinds of finding that fail ``--mps-audit=error`` whatever their outcome.
+FAILING_KINDS = ("dtype", "host-sync", "mixed-devices")
+
+
 def is_problem(row: Mapping[str, Any]) -> bool:
-    """True for a finding that would break or slow the test on MPS."""
-    if row.get("allowed"):
+    """True for a finding in the code under test that would break or stall on MPS.
+
+    Findings allowed (``mps_allow_fallback``), ignored (``mps_audit_ignore``)
+    or made by the test's own checks (asserts, ``torch.testing``) are not.
+    """
+    if row.get("allowed") or row.get("ignored") or row.get("side") == "test":
         return False
-    return row["kind"] == "dtype" or row["outcome"] in mps_ops.PROBLEMS
+    return row["kind"] in FAILING_KINDS or row["outcome"] in mps_ops.PROBLEMS
+
+
+def sort_key(row: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
+    """Problems first, then the rest of the code's findings, then the test's."""
+    return (not is_problem(row), row.get("side") == "test", row["kind"], row["name"])

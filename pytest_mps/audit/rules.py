@@ -28,6 +28,10 @@ class Verdict:
     rule: str
     source: str
     certainty: str = LIKELY
+    #: PyTorch's own error text and exception, where the rule knows them (the
+    #: emulated device raises them; ``--mps-audit`` shows ``rule``)
+    message: str = ""
+    error: str = "RuntimeError"
 
 
 def op_key(
@@ -67,6 +71,13 @@ def _first_dtype(values: Sequence[Any], tensor: type) -> str | None:
 Call = tuple[Any, Sequence[Any], Mapping[str, Any]]
 
 
+# AdaptivePooling.mm, set_kernel_params (TORCH_CHECK_NOT_IMPLEMENTED).
+_POOL_MESSAGE = (
+    "Adaptive pool MPS: {a} sizes must be divisible by {b} sizes. Non-divisible "
+    "input sizes are not implemented on MPS device yet. For now, you can manually "
+    "transfer tensor to cpu in this case. Please refer to [this issue]"
+    "(https://github.com/pytorch/pytorch/issues/96056)"
+)
 _POOL_SOURCE = (
     "aten/src/ATen/native/mps/operations/AdaptivePooling.mm: 'Adaptive pool "
     "MPS: input sizes must be divisible by output sizes' (pytorch#96056)"
@@ -89,6 +100,11 @@ def _adaptive_pool(
                 f"input size {spatial} is not divisible by output size "
                 f"{tuple(size)}: MPS refuses non-divisible adaptive pooling",
                 _POOL_SOURCE,
+                message=_POOL_MESSAGE.format(
+                    a="input" if have >= want else "output",
+                    b="output" if have >= want else "input",
+                ),
+                error="NotImplementedError",
             )
     return None
 
@@ -254,6 +270,7 @@ def _linear(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
                 f"for non-float {role}",
                 _LINEAR_SOURCE,
                 CERTAIN,
+                f"MPS device does not support linear for non-float {role}",
             )
     return None
 

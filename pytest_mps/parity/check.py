@@ -10,26 +10,29 @@ gradient, parameter after the steps and buffer is compared, named by its path.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pytest_mps import backend
-from pytest_mps.accelerator import canonical
-from pytest_mps.assertions import argument_names
+from pytest_mps.assertions import argument_names, named_leaves
+from pytest_mps.parity.arguments import device_named, simple, validate
 from pytest_mps.parity.compare import (
+    MAX_ROWS,
     LeafDiff,
-    compare,
-    default_tolerance,
+    compare_runs,
     dtype_name,
     table,
-    tolerance_source,
+)
+from pytest_mps.parity.layouts import (
+    Layout,
+    fitting,
+    laid_out,
+    layout_failure,
+    layouts_note,
 )
 from pytest_mps.parity.run import (
-    Leaves,
     Plan,
     Run,
     float64_in,
@@ -38,14 +41,12 @@ from pytest_mps.parity.run import (
     run,
     tf32_notes,
 )
+from pytest_mps.watch.attribution import plugin_work
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["ParityError", "ParityReport", "assert_device_parity"]
-
-#: the failure message lists at most this many leaves out of tolerance
-_MAX_ROWS = 30
 
 
 @dataclasses.dataclass
@@ -56,6 +57,8 @@ class ParityReport:
     target: str
     diffs: list[LeafDiff]
     notes: list[str]
+    #: with ``layouts=True``: per layout, every leaf against the contiguous run
+    layouts: dict[str, list[LeafDiff]] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> list[LeafDiff]:
@@ -75,169 +78,6 @@ class ParityError(AssertionError):
         self.report = report
 
 
-def _device(where: str, value: Any, argument: str) -> torch.device:
-    import torch
-
-    try:
-        device = torch.device(canonical(value))
-    except (RuntimeError, TypeError):
-        raise ValueError(
-            f"{where}: {argument}={value!r} is not a device; "
-            "use cpu, mps, cuda or cuda:N"
-        ) from None
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(
-            f"{where}: {argument}={value!r}: parity is checked on cpu, mps or cuda"
-        )
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"{where}: {argument}={value!r}: CUDA is not available "
-            f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
-        )
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(
-            f"{where}: {argument}={value!r}: only {torch.cuda.device_count()} "
-            "CUDA device(s) are visible"
-        )
-    if device.type == "mps":
-        reason = backend.mps_unavailable_reason()
-        if reason is not None:
-            raise ValueError(
-                f"{where}: {argument}={value!r}: MPS cannot be used: {reason}"
-            )
-    return device
-
-
-def _simple(name: str) -> bool:
-    """True for ``x``, ``self.model``, ``batch["ids"]``: fit to head a path."""
-    try:
-        node = ast.parse(name, mode="eval").body
-    except SyntaxError:
-        return False
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return isinstance(node, ast.Name)
-
-
-def _differences(ref: Leaves, tgt: Leaves, sides: tuple[str, str]) -> Iterator[str]:
-    """What differs in structure between the two sides' leaves."""
-    ref_paths, tgt_paths = dict(ref), dict(tgt)
-    only_ref = [p for p in ref_paths if p not in tgt_paths]
-    only_tgt = [p for p in tgt_paths if p not in ref_paths]
-    if only_ref:
-        yield f"{', '.join(only_ref)} only on {sides[0]}"
-    if only_tgt:
-        yield f"{', '.join(only_tgt)} only on {sides[1]}"
-    for path, r in ref:
-        t = tgt_paths.get(path, r)
-        if (r is None) != (t is None):
-            yield f"{path} is None on {sides[0] if r is None else sides[1]} only"
-        elif r is not None and t is not None and r.shape != t.shape:
-            yield (
-                f"{path} has shape {tuple(r.shape)} on {sides[0]}, "
-                f"{tuple(t.shape)} on {sides[1]}"
-            )
-
-
-def _validate(
-    where: str,
-    fn_or_module: Any,
-    steps: Any,
-    grads: bool,
-    tolerances: tuple[Any, Any],
-    reference_dtype: Any,
-    train: Any,
-    kwargs: Any,
-) -> None:
-    """Raise naming the argument when one is not usable."""
-    import torch
-
-    is_module = isinstance(fn_or_module, torch.nn.Module)
-    if not callable(fn_or_module):
-        raise TypeError(
-            f"{where}: fn_or_module must be a torch.nn.Module or a callable, got "
-            f"{type(fn_or_module).__name__} {fn_or_module!r:.80}"
-        )
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"{where}: steps={steps!r} is not a count of steps (>= 0)")
-    if steps and not (is_module and any(True for _ in fn_or_module.parameters())):
-        raise ValueError(
-            f"{where}: steps={steps} needs fn_or_module to be a torch.nn.Module "
-            f"with parameters, not a {type(fn_or_module).__name__}"
-        )
-    if steps and not grads:
-        raise ValueError(f"{where}: steps={steps} needs grads=True")
-    rtol, atol = tolerances
-    if (rtol is None) != (atol is None):
-        raise ValueError(
-            f"{where}: give both rtol and atol or neither "
-            f"(rtol={rtol!r}, atol={atol!r})"
-        )
-    for label, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and not (isinstance(value, (int, float)) and value >= 0):
-            raise ValueError(f"{where}: {label}={value!r} is not a tolerance (>= 0)")
-    if reference_dtype is not None and not (
-        isinstance(reference_dtype, torch.dtype) and reference_dtype.is_floating_point
-    ):
-        raise TypeError(
-            f"{where}: reference_dtype={reference_dtype!r} is not a floating dtype"
-        )
-    if train is not None and not (is_module and isinstance(train, bool)):
-        raise ValueError(
-            f"{where}: train={train!r} needs True or False and a torch.nn.Module"
-        )
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError(f"{where}: kwargs must be a mapping, got {kwargs!r:.80}")
-
-
-def _compare_runs(
-    reference_run: Run,
-    target_run: Run,
-    target: torch.device,
-    sides: tuple[str, str],
-    widened: bool,
-    tolerances: tuple[float | None, float | None],
-) -> tuple[list[LeafDiff], list[str], list[str]]:
-    """Every leaf's difference, the differences in structure, the tolerances."""
-    problems: list[str] = []
-    diffs: list[LeafDiff] = []
-    used: dict[str, tuple[float, float, str]] = {}
-    for kind in ("outputs", "grads", "after"):
-        ref_leaves = getattr(reference_run, kind)
-        tgt_leaves = dict(getattr(target_run, kind))
-        problems += _differences(ref_leaves, list(tgt_leaves.items()), sides)
-        for path, r in ref_leaves:
-            t = tgt_leaves.get(path)
-            if r is None or t is None or r.shape != t.shape:
-                continue
-            label = dtype_name(t.dtype)
-            if r.dtype != t.dtype:
-                if not (widened and t.is_floating_point()):
-                    problems.append(
-                        f"{path} is {dtype_name(r.dtype)} on {sides[0]}, "
-                        f"{label} on {sides[1]}"
-                    )
-                    continue
-                label += f" (ref {dtype_name(r.dtype)})"
-            rtol, atol = tolerances
-            if rtol is not None and atol is not None:
-                tol = (float(rtol), float(atol), "given")
-            else:
-                tol = (
-                    *default_tolerance(t.dtype, target.type),
-                    tolerance_source(t.dtype, target.type),
-                )
-            used.setdefault(dtype_name(t.dtype), tol)
-            diffs.append(compare(path, r, t, tol[0], tol[1], label))
-    notes = [
-        f"{dtype}: exact"
-        if r == a == 0
-        else f"{dtype}: rtol={r:.1e}, atol={a:.1e} x scale ({source})"
-        for dtype, (r, a, source) in used.items()
-    ]
-    return diffs, problems, notes
-
-
 def _check(
     where: str,
     fn_or_module: Any,
@@ -255,11 +95,12 @@ def _check(
     optimizer: Callable[[list[Any]], Any] | None = None,
     kwargs: Mapping[str, Any] | None = None,
     seed: int = 0,
+    layouts: bool = False,
 ) -> ParityReport:
     __tracebackhide__ = True
     import torch
 
-    _validate(
+    validate(
         where,
         fn_or_module,
         steps,
@@ -269,17 +110,16 @@ def _check(
         train,
         kwargs,
     )
-    target = _device(where, device, "device")
-    ref = _device(where, reference, "reference")
+    target = device_named(where, device, "device")
+    ref = device_named(where, reference, "reference")
     if reference_dtype == torch.float64 and ref.type == "mps":
         raise ValueError(
             f"{where}: reference_dtype=torch.float64 with reference={reference!r}: "
             "MPS holds no float64; keep the reference on the CPU"
         )
     is_module = isinstance(fn_or_module, torch.nn.Module)
-    name = names[0] if _simple(names[0]) else ("model" if is_module else "fn")
-    input_names = [n if _simple(n) else f"inputs[{i}]" for i, n in enumerate(names[1:])]
-    sides = (f"the reference ({ref})", f"the device ({target})")
+    name = names[0] if simple(names[0]) else ("model" if is_module else "fn")
+    input_names = [n if simple(n) else f"inputs[{i}]" for i, n in enumerate(names[1:])]
     notes: list[str] = []
     target_dtype = None
     if target.type == "mps" and float64_in(fn_or_module, inputs, kwargs):
@@ -311,31 +151,57 @@ def _check(
         optimizer=optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)),
         seed=seed,
     )
+    # the plugin's own work: the reference, the copies, the comparison; the
+    # device side's calls into the user's code are the user's (parity.run)
+    with plugin_work():
+        return _run_and_compare(
+            where, plan, (ref, target), (reference_dtype, target_dtype), notes,
+            (rtol, atol), layouts,
+        )  # fmt: skip
+
+
+def _run_and_compare(
+    where: str,
+    plan: Plan,
+    devices: tuple[torch.device, torch.device],
+    dtypes: tuple[torch.dtype | None, torch.dtype | None],
+    notes: list[str],
+    tolerances: tuple[float | None, float | None],
+    layouts: bool,
+) -> ParityReport:
+    __tracebackhide__ = True
+    ref, target = devices
+    sides = (f"the reference ({ref})", f"the device ({target})")
+    widened = dtypes[0] is not None
     with rng_restored([ref, target]):
-        reference_run = run(plan, ref, reference_dtype)
-        target_run = run(plan, target, target_dtype)
-    if grads and not reference_run.backward:
+        reference_run = run(plan, ref, dtypes[0], checked=False)
+        target_run = run(plan, target, dtypes[1])
+        given = named_leaves((plan.inputs, plan.kwargs), "inputs")
+        fits = fitting(t for _, t in given) if layouts else []
+        variants = []
+        for layout in fits:  # a loop: a comprehension's frame would show
+            variants.append(
+                (layout, _run_layout(where, plan, layout, devices, dtypes[1]))
+            )
+    if plan.grads and not reference_run.backward:
         notes.append("no output requires grad: gradients not compared")
-    diffs, problems, tolerance_notes = _compare_runs(
-        reference_run,
-        target_run,
-        target,
-        sides,
-        reference_dtype is not None,
-        (rtol, atol),
+    diffs, problems, tolerance_notes = compare_runs(
+        reference_run, target_run, target, sides, widened, tolerances
     )
     notes += tolerance_notes
+    if layouts:
+        notes.append(layouts_note(fits))
     for note in notes:
         print(f"{where}: {note}")
     if problems:
         raise AssertionError(
-            f"{where}: fn_or_module ({name}) gives results of different structure "
-            f"on {sides[0]} and {sides[1]}:\n  " + "\n  ".join(problems)
+            f"{where}: fn_or_module ({plan.name}) gives results of different "
+            f"structure on {sides[0]} and {sides[1]}:\n  " + "\n  ".join(problems)
         )
     report = ParityReport(str(ref), str(target), diffs, notes)
     failed = report.failed
     if failed:
-        shown = failed[:_MAX_ROWS]
+        shown = failed[:MAX_ROWS]
         more = len(failed) - len(shown)
         raise ParityError(
             "\n".join(
@@ -349,7 +215,41 @@ def _check(
             ),
             report,
         )
+    lines: list[str] = []
+    for layout, variant in variants:
+        here = (f"the contiguous run ({target})", f"{layout.name} ({target})")
+        against_run, odd, _ = compare_runs(
+            target_run, variant, target, here, False, tolerances
+        )
+        against_ref, odd_ref, _ = compare_runs(
+            reference_run, variant, target, sides, widened, tolerances
+        )
+        report.layouts[layout.name] = against_run
+        lines += layout_failure(layout, target, against_run, against_ref, odd + odd_ref)
+    if lines:
+        raise ParityError("\n".join([f"{where}: {lines[0]}", *lines[1:]]), report)
     return report
+
+
+def _run_layout(
+    where: str,
+    plan: Plan,
+    layout: Layout,
+    devices: tuple[torch.device, torch.device],
+    dtype: torch.dtype | None,
+) -> Run:
+    """The device side in ``layout``; an error there is a ParityError naming it."""
+    __tracebackhide__ = True
+    ref, target = devices
+    try:
+        return run(laid_out(plan, layout), target, dtype, checked=False)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ParityError(
+            f"{where}: layout {layout.name} ({layout.what}) raises on {target}: "
+            f"{type(exc).__name__}: {first}",
+            ParityReport(str(ref), str(target), [], []),
+        ) from exc
 
 
 def assert_device_parity(
@@ -366,6 +266,7 @@ def assert_device_parity(
     optimizer: Callable[[list[Any]], Any] | None = None,
     kwargs: Mapping[str, Any] | None = None,
     seed: int = 0,
+    layouts: bool = False,
 ) -> ParityReport:
     """Assert that ``fn_or_module(*inputs)`` gives on ``device`` what it gives on CPU.
 
@@ -391,6 +292,15 @@ def assert_device_parity(
     mode. Notes on these choices are printed and head the failure message, a
     table of the leaves out of tolerance (a :class:`ParityError`, whose
     ``report`` has every leaf). Returns a :class:`ParityReport` of every leaf.
+
+    ``layouts=True`` then runs the device side again with every input remade,
+    same values, transposed, strided and (4-d, 5-d) channels_last, compares
+    each run with the contiguous one and the reference, and names the layout
+    that differs (MPS kernels have returned wrong results on non-contiguous
+    inputs: pytorch#124834, #118115). A ``device`` or ``reference`` this
+    machine lacks skips the test with the reason. The reference and the
+    comparison are the plugin's own work: ``--mps-audit`` and the watchers see
+    only the device side's forward, backward and optimizer steps.
     """
     __tracebackhide__ = True
     names = argument_names(_caller(), "assert_device_parity", 1 + len(inputs))
@@ -410,6 +320,7 @@ def assert_device_parity(
         optimizer=optimizer,
         kwargs=kwargs,
         seed=seed,
+        layouts=layouts,
     )
 
 

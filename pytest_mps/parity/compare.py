@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from pytest_mps.parity.run import Leaves, Run
 
 if TYPE_CHECKING:
     import torch
+
+#: a failure message lists at most this many leaves out of tolerance
+MAX_ROWS = 30
 
 # torch.testing.assert_close's defaults, (rtol, atol) by dtype: the table in its
 # documentation, _DTYPE_PRECISIONS in torch/testing/_comparison.py.
@@ -202,3 +208,73 @@ def table(diffs: list[LeafDiff]) -> str:
         for r in rows
     ]
     return "\n".join(lines)
+
+
+def differences(ref: Leaves, tgt: Leaves, sides: tuple[str, str]) -> Iterator[str]:
+    """What differs in structure between the two sides' leaves."""
+    ref_paths, tgt_paths = dict(ref), dict(tgt)
+    only_ref = [p for p in ref_paths if p not in tgt_paths]
+    only_tgt = [p for p in tgt_paths if p not in ref_paths]
+    if only_ref:
+        yield f"{', '.join(only_ref)} only on {sides[0]}"
+    if only_tgt:
+        yield f"{', '.join(only_tgt)} only on {sides[1]}"
+    for path, r in ref:
+        t = tgt_paths.get(path, r)
+        if (r is None) != (t is None):
+            yield f"{path} is None on {sides[0] if r is None else sides[1]} only"
+        elif r is not None and t is not None and r.shape != t.shape:
+            yield (
+                f"{path} has shape {tuple(r.shape)} on {sides[0]}, "
+                f"{tuple(t.shape)} on {sides[1]}"
+            )
+
+
+def compare_runs(
+    reference_run: Run,
+    target_run: Run,
+    target: torch.device,
+    sides: tuple[str, str],
+    widened: bool,
+    tolerances: tuple[float | None, float | None],
+) -> tuple[list[LeafDiff], list[str], list[str]]:
+    """Every leaf's difference, the differences in structure, the tolerances."""
+    __tracebackhide__ = True
+    problems: list[str] = []
+    diffs: list[LeafDiff] = []
+    used: dict[str, tuple[float, float, str]] = {}
+    for kind in ("outputs", "grads", "after"):
+        ref_leaves = getattr(reference_run, kind)
+        tgt_leaves = dict(getattr(target_run, kind))
+        problems += differences(ref_leaves, list(tgt_leaves.items()), sides)
+        for path, r in ref_leaves:
+            t = tgt_leaves.get(path)
+            if r is None or t is None or r.shape != t.shape:
+                continue
+            label = dtype_name(t.dtype)
+            if r.dtype != t.dtype:
+                if not (widened and t.is_floating_point()):
+                    problems.append(
+                        f"{path} is {dtype_name(r.dtype)} on {sides[0]}, "
+                        f"{label} on {sides[1]}"
+                    )
+                    continue
+                label += f" (ref {dtype_name(r.dtype)})"
+            rtol, atol = tolerances
+            if rtol is not None and atol is not None:
+                tol = (float(rtol), float(atol), "given")
+            else:
+                tol = (
+                    *default_tolerance(t.dtype, target.type),
+                    tolerance_source(t.dtype, target.type),
+                )
+            used.setdefault(dtype_name(t.dtype), tol)
+            diffs.append(compare(path, r, t, tol[0], tol[1], label))
+    notes = [
+        f"{dtype}: exact"
+        if r == a == 0
+        else f"{dtype}: |device - reference| <= {a:.1e} x scale + {r:.1e} x "
+        f"|reference|, scale = the leaf's largest |reference|, at least 1 ({source})"
+        for dtype, (r, a, source) in used.items()
+    ]
+    return diffs, problems, notes

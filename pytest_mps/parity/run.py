@@ -1,7 +1,13 @@
 """One side of a parity check: copy the module and inputs over, run, read back.
 
 Both sides run the same plan: the same weights, inputs, seeds, output weights
-for the backward and optimizer steps; only the device and dtype differ.
+for the backward and optimizer steps; only the device, the dtype and, for the
+layout runs, the inputs' memory layout differ.
+
+All of it is the plugin's own work (:func:`pytest_mps.watch.attribution.
+plugin_work`, entered by the caller), which the audit and the watchers do not
+see; on the side that is checked, the calls into the user's code (forward,
+backward, optimizer) are handed back to them as the user's code.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_mps.accelerator import manual_seed
 from pytest_mps.assertions import named_leaves
+from pytest_mps.watch.attribution import user_code
 
 if TYPE_CHECKING:
     import torch
@@ -45,6 +52,10 @@ class Plan:
     steps: int
     optimizer: Callable[[list[Any]], Any]
     seed: int
+    #: remakes each input in another memory layout (same values); None: as given
+    layout: Callable[[torch.Tensor], torch.Tensor] | None = None
+    #: the module's memory format for this layout (channels_last); None: as given
+    memory_format: Any = None
 
 
 def _map(obj: Any, fn: Callable[[Any], Any]) -> Any:
@@ -89,7 +100,11 @@ def _move(obj: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
 
 
 def _place(
-    tensor: torch.Tensor, device: torch.device, dtype: torch.dtype | None, grad: bool
+    tensor: torch.Tensor,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    grad: bool,
+    layout: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """A fresh leaf on ``device``; floating tensors in ``dtype`` where given."""
     if not tensor.is_floating_point():
@@ -97,6 +112,8 @@ def _place(
     t: torch.Tensor = _move(tensor.detach(), device, dtype)
     if t.data_ptr() == tensor.data_ptr():
         t = t.clone()  # never let the function write into the caller's tensor
+    if layout is not None:
+        t = layout(t)
     if grad and (t.is_floating_point() or t.is_complex()):
         t.requires_grad_(True)
     return t
@@ -145,7 +162,7 @@ def _weights(outputs: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
     return weights
 
 
-def _backward(outputs: Any, seed: int) -> bool:
+def _backward(outputs: Any, seed: int, user: Callable[[], Any]) -> bool:
     """The backward of ``sum(w * output)`` over the outputs; False if none."""
     import torch
 
@@ -155,7 +172,9 @@ def _backward(outputs: Any, seed: int) -> bool:
         if t.requires_grad and (t.is_floating_point() or t.is_complex())
     ]
     if diff:
-        torch.autograd.backward(diff, _weights(diff, seed))
+        weights = _weights(diff, seed)
+        with user():
+            torch.autograd.backward(diff, weights)
     return bool(diff)
 
 
@@ -190,23 +209,34 @@ def _grads(objects: list[tuple[str, Any]]) -> Leaves:
     ]
 
 
-def run(plan: Plan, device: torch.device, dtype: torch.dtype | None) -> Run:
-    """Forward, backward and steps on ``device``; every leaf copied to the host."""
+def run(
+    plan: Plan, device: torch.device, dtype: torch.dtype | None, checked: bool = True
+) -> Run:
+    """Forward, backward and steps on ``device``; every leaf copied to the host.
+
+    ``checked``: the side whose code the audit and the watchers look at (the
+    device); the reference is the plugin's own work throughout.
+    """
     import torch
 
+    user: Callable[[], Any] = user_code if checked else contextlib.nullcontext
+
     def place(t: torch.Tensor) -> torch.Tensor:
-        return _place(t, device, dtype, plan.grads)
+        return _place(t, device, dtype, plan.grads, plan.layout)
 
     fn = plan.fn
     module: torch.nn.Module | None = None
     if isinstance(fn, torch.nn.Module):
         fn = module = _move(copy.deepcopy(fn), device, dtype)
+        if plan.memory_format is not None:
+            module.to(memory_format=plan.memory_format)  # type: ignore[call-overload]
         if plan.train is not None:
             module.train(plan.train)
     inputs = tuple(_map(x, place) for x in plan.inputs)
     kwargs = {k: _map(v, place) for k, v in plan.kwargs.items()}
     _seed(device, plan.seed)
-    out = fn(*inputs, **kwargs)
+    with user():
+        out = fn(*inputs, **kwargs)
     leaves = named_leaves(out, "output")
     if not leaves:
         raise TypeError(
@@ -214,7 +244,7 @@ def run(plan: Plan, device: torch.device, dtype: torch.dtype | None) -> Run:
             f"on {device}: got {type(out).__name__} {out!r:.80}"
         )
     run = Run([(p, _host(t)) for p, t in leaves], [], [], False)
-    if plan.grads and _backward(out, plan.seed):
+    if plan.grads and _backward(out, plan.seed, user):
         run.backward = True
         run.grads = _grads(
             [*zip(plan.input_names, inputs, strict=True), *kwargs.items()]
@@ -228,13 +258,19 @@ def run(plan: Plan, device: torch.device, dtype: torch.dtype | None) -> Run:
     if module is None:
         return run
     if plan.steps:
-        optimizer = plan.optimizer([p for p in module.parameters() if p.requires_grad])
+        params = [p for p in module.parameters() if p.requires_grad]
+        with user():
+            optimizer = plan.optimizer(params)
         for step in range(plan.steps):
             if step:
-                optimizer.zero_grad()
+                with user():
+                    optimizer.zero_grad()
                 _seed(device, plan.seed + step)
-                _backward(fn(*inputs, **kwargs), plan.seed)
-            optimizer.step()
+                with user():
+                    again = fn(*inputs, **kwargs)
+                _backward(again, plan.seed, user)
+            with user():
+                optimizer.step()
         after = f"after {plan.steps} step{'s' if plan.steps > 1 else ''}"
         run.after += [
             (f"{plan.name}.{path} {after}", _host(p))

@@ -6,7 +6,7 @@ mixed-device guard (:mod:`.mixed_devices`) both build on it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -59,27 +59,35 @@ def describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+#: Under ``--mps-emulate``: tells whether a CPU tensor is the host's on a Mac
+#: too (one the user's call passed) or one PyTorch made inside the call from
+#: an emulated tensor's options, which a Mac would have made on the device.
+on_host: list[Callable[[Any], bool] | None] = [None]
+
+
 def mixes_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
     """True when some tensor arguments are on the CPU and others are not.
 
     Looks at positional and keyword arguments and into lists and tuples of
-    them (``torch.cat``, the foreach ops).
+    them (``torch.cat``, the foreach ops). Under ``--mps-emulate`` a CPU
+    tensor that :data:`on_host` disowns counts for neither side.
     """
     import torch
 
     tensor = torch.Tensor
+    host = on_host[0]
     cpu = other = False
     for a in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(a, tensor):
-            if a.is_cpu:
-                cpu = True
-            else:
+            if not a.is_cpu:
                 other = True
+            elif host is None or host(a):
+                cpu = True
         elif type(a) is list or type(a) is tuple:
             for b in a:
                 if isinstance(b, tensor):
-                    if b.is_cpu:
-                        cpu = True
-                    else:
+                    if not b.is_cpu:
                         other = True
+                    elif host is None or host(b):
+                        cpu = True
     return cpu and other

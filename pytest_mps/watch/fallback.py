@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mps import ownership
+from pytest_mps import devices, ownership
 from pytest_mps.watch import settings
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
@@ -130,8 +130,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(state_key, None)
     if state is None or state.mode == "off":
         return []
-    lines = [f"pytest-mps fallback: {state.mode} ({VARIABLE}=1 set by pytest-mps)"]
-    if state.torch_was_imported and state.variable_before != "1":
+    line = f"pytest-mps fallback: {state.mode} ({VARIABLE}=1 set by pytest-mps)"
+    # The emulated device reads the variable when it starts, after this.
+    emulated = devices.emulated(config)
+    if "mps" not in config.stash.get(devices.devices_key, []):
+        # Only an MPS tensor falls back: a CPU or CUDA run lists nothing.
+        line += "; no test runs on MPS, so nothing can fall back (--mps-emulate)"
+    lines = [line]
+    if state.torch_was_imported and state.variable_before != "1" and not emulated:
         lines.append(
             f"pytest-mps WARNING: torch was imported before pytest-mps could set "
             f"{VARIABLE}=1, and torch reads it only when it loads: on MPS the first "
@@ -313,6 +319,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return result
 
 
+#: PyTorch's MPS op tracker since 2.6 (its error text names it; #77764 before)
+TRACKER = "https://github.com/pytorch/pytorch/issues/141287"
+
+
 def not_implemented_note(text: str) -> str | None:
     """One line for PyTorch's "not currently implemented for the MPS device" error."""
     match = NOT_IMPLEMENTED_RE.search(text)
@@ -320,5 +330,6 @@ def not_implemented_note(text: str) -> str | None:
         return None
     return (
         f"{match.group('op')} has no MPS kernel: run with --mps-fallback=warn, or "
-        f"set {VARIABLE}=1, to run on and list every op that falls back to the CPU"
+        f"set {VARIABLE}=1, to run on and list every op that falls back to the "
+        f"CPU\n(ask for the kernel on PyTorch's MPS op tracker, {TRACKER})"
     )

@@ -202,6 +202,8 @@ def front_class() -> type[Any]:
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from pytest_mps.watch.attribution import plugin_running
+
     table = clean_calls()
     is_compiling = torch.compiler.is_compiling
     getframe = sys._getframe
@@ -225,7 +227,9 @@ def front_class() -> type[Any]:
             kwargs: Mapping[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            if is_compiling():  # Dynamo traces this: keep compiled graphs bare
+            # Dynamo traces this: keep compiled graphs bare; and the plugin's
+            # own work is never watched
+            if is_compiling() or plugin_running[0]:
                 return func(*args, **(kwargs or no_kwargs))
             kind = table.get(func)
             if kind == PLAIN and not kwargs:  # the common case, inlined
@@ -274,6 +278,8 @@ def _reads_class() -> type[Any]:
     """
     from torch.overrides import TorchFunctionMode
 
+    from pytest_mps.watch.attribution import plugin_running
+
     table = clean_calls()
     no_kwargs: Mapping[str, Any] = types.MappingProxyType({})
 
@@ -290,7 +296,7 @@ def _reads_class() -> type[Any]:
             kwargs: Mapping[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            kind = table.get(func)
+            kind = None if plugin_running[0] else table.get(func)
             if (kind == MOVE or (kind is not None and kind >= HOST)) and (
                 self.mode.readers
             ):

@@ -29,7 +29,9 @@ an MPS or CUDA run would. Only a host destination spelled ``"cpu"`` counts for
 ``.to()`` of a CPU tensor: ``t.to(device)`` with the test's device is no read
 there. Reads of metadata (``.shape``, ``.dtype``, ``.device``, ``.numel()``,
 ``len(t)``) never count, and neither do pytest's own reprs of a failing
-assertion.
+assertion. Reads made by the test's own checks (inside an ``assert``,
+``torch.testing.assert_close``) are not the code under test's and pass
+(:mod:`pytest_mps.watch.attribution`).
 """
 
 from __future__ import annotations
@@ -47,13 +49,9 @@ import pytest
 from pytest_mps import ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch.attribution import CODE, HOST_SYNC, side_for, whose
 from pytest_mps.watch.findings import TestFindings, findings_for
-from pytest_mps.watch.locations import (
-    called_by_pytest,
-    in_functions,
-    user_frame,
-    user_location,
-)
+from pytest_mps.watch.locations import called_by_pytest, in_functions, user_location
 
 
 class HostSyncError(AssertionError):
@@ -309,7 +307,9 @@ class SyncGuard:
 
     def _fail(self, name: str, reason: str, start: types.FrameType) -> None:
         __tracebackhide__ = True
-        frame = user_frame(start)
+        side, frame = whose(start)
+        if side_for(side, HOST_SYNC) != CODE:
+            return  # the test's own check (an assert, torch.testing)
         if in_functions(frame, self.expected):
             return  # by design (mps_expected_host_syncs)
         where = user_location(frame) if frame is not None else "unknown"

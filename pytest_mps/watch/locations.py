@@ -37,17 +37,24 @@ def _library() -> tuple[tuple[str, ...], frozenset[str]]:
     return tuple(dirs), files
 
 
-def _is_library(filename: str) -> bool:
-    dirs, files = _library()
-    path = os.path.abspath(filename)
-    return path.startswith(dirs) or path in files
+_libraries: dict[str, bool] = {}
+
+
+def is_library(filename: str) -> bool:
+    """True for a file of torch, pytest, pluggy, pytest-mps or contextlib & co."""
+    found = _libraries.get(filename)
+    if found is None:
+        dirs, files = _library()
+        path = os.path.abspath(filename)
+        found = _libraries[filename] = path.startswith(dirs) or path in files
+    return found
 
 
 def user_frame(start: types.FrameType | None = None) -> types.FrameType | None:
     """The innermost frame outside torch, pytest-mps, pytest and the stdlib."""
     frame: types.FrameType | None = start or sys._getframe(1)
     while frame is not None:
-        if not _is_library(frame.f_code.co_filename):
+        if not is_library(frame.f_code.co_filename):
             return frame
         frame = frame.f_back
     return None

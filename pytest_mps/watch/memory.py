@@ -20,6 +20,7 @@ import pytest
 from pytest_mps import accelerator, ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch.attribution import plugin_work
 
 MIB = 1024 * 1024
 
@@ -32,7 +33,13 @@ class MemoryMark(NamedTuple):
 
 
 class MemoryUsage:
-    """What the test body allocated on ``device`` (bytes; None when unmeasured)."""
+    """What the test body allocated on ``device``, filled in when its call ends.
+
+    ``device`` (``"cuda:0"``), ``measured`` (False on the CPU), ``peak_mb`` and
+    ``left_mb`` (MiB above the start; None until measured); in bytes,
+    ``start``, ``peak`` and ``end``, and ``extra`` (the driver's and the
+    allocator's own counters).
+    """
 
     def __init__(self, device: str, measured: bool) -> None:
         self.device = device
@@ -51,6 +58,11 @@ class MemoryUsage:
     def left_mb(self) -> float | None:
         """Allocated at the end minus at the start, in MiB."""
         return None if self.end is None else (self.end - self.start) / MIB
+
+    def __repr__(self) -> str:
+        if self.measured and self.end is None:
+            return f"MemoryUsage({self.device}: measured when the test's call ends)"
+        return f"MemoryUsage({self.summary()})"
 
     def summary(self) -> str:
         """``cuda:0: peak +1.0 MiB, left allocated +0.0 MiB``."""
@@ -169,18 +181,21 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if usage is None or not usage.measured:
         return (yield)
     device = _device(item)
-    gc.collect()
-    accelerator.synchronize(device)
-    usage.start = _allocated(device)
-    has_peak = accelerator.reset_peak_memory(device)
+    # the probes are the plugin's own work: never a finding of the test's
+    with plugin_work():
+        gc.collect()
+        accelerator.synchronize(device)
+        usage.start = _allocated(device)
+        has_peak = accelerator.reset_peak_memory(device)
     if not has_peak:
         usage.peak = usage.start
     try:
         result = yield
     finally:
-        gc.collect()
-        accelerator.synchronize(device)
-        stats = accelerator.memory_stats(device) or {}
+        with plugin_work():
+            gc.collect()
+            accelerator.synchronize(device)
+            stats = accelerator.memory_stats(device) or {}
         usage.end = int(stats.get("allocated", 0))
         if has_peak:
             usage.peak = int(stats.get("peak_allocated", usage.end))

@@ -19,6 +19,7 @@ import pytest
 
 from pytest_mps import ownership
 from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch.attribution import CODE, side_for, whose
 from pytest_mps.watch.device_mix import describe_tensors, exempt_ops, mixes_devices
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
@@ -41,7 +42,10 @@ class DeviceGuard:
     ) -> None:
         """Record ``func`` if its tensors are on the CPU and elsewhere."""
         if mixes_devices(args, kwargs) and id(func) not in self.exempt:
-            where = user_location(sys._getframe(1))
+            side, frame = whose(sys._getframe(1))
+            if side_for(side, "mixed-devices") != CODE:
+                return  # the test's own check (torch.testing)
+            where = user_location(frame) if frame is not None else "unknown"
             self.findings.add(
                 "mixed-devices",
                 func._schema.name,

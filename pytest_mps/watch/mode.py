@@ -95,6 +95,8 @@ def _mode_class() -> type[Any]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from pytest_mps.watch.attribution import plugin_running
+
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     op_overload = torch._ops.OpOverload
     skip = _cheap_dynamo_skip()
@@ -150,6 +152,8 @@ def _mode_class() -> type[Any]:
             kwargs: Mapping[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
+            if plugin_running[0]:  # the plugin's own work: not watched
+                return func(*args, **(kwargs or _NO_KWARGS))
             key = id(func)
             is_composite = composite.get(key)
             if is_composite is None:

@@ -21,7 +21,7 @@ import pytest
 
 from pytest_mps import ownership
 from pytest_mps.options import argparse_type
-from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch import OpCallback, attribution, settings
 
 if TYPE_CHECKING:
     from pytest_mps.watch.memory import MemoryUsage
@@ -117,6 +117,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)  # after devices.py has resolved the devices
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, *settings.MARKERS)
+    # which files hold the tests' own checks (asserts): the ones pytest collects
+    attribution.set_test_files(config.getini("python_files"))
     config.stash[settings.expected_syncs_key] = settings.parse_expected_syncs(config)
     sink = config.stash[_sink_key] = _Rows(config)
     config.pluginmanager.register(sink, "pytest-mps-watch-rows")
@@ -254,7 +256,15 @@ _sink_key = pytest.StashKey[_Rows]()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    attribution.set_test_files(())
     sink = config.stash.get(_sink_key, None)
     if sink is not None:
         config.pluginmanager.unregister(sink)
         del config.stash[_sink_key]
+    # PYTORCH_ENABLE_MPS_FALLBACK was set early, but a usage error in
+    # pytest_configure (--device mps:1) came before the fallback watcher was
+    # registered to put it back: do it here.
+    if _fallback_set_up(config) and "fallback" not in config.stash.get(
+        _registered_key, set()
+    ):
+        _watcher("fallback").pytest_unconfigure(config)

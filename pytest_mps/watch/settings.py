@@ -7,9 +7,11 @@ never from :mod:`.plugin`.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from pytest_mps.devices import devices_key
+from pytest_mps.devices import devices_key, emulated
 from pytest_mps.options import choice
 
 FALLBACK_HELP = (
@@ -100,7 +102,7 @@ def targets_mps(config: pytest.Config, early: bool = False) -> bool:
     if not early:
         return "mps" in config.stash.get(devices_key, [])
     space = config.known_args_namespace
-    if getattr(space, "mps_only", False):
+    if getattr(space, "mps_only", False) or emulated(config):
         return True
     values = [*(getattr(space, "mps_devices", None) or [])]
     values += config.getini("mps_devices")
@@ -108,7 +110,12 @@ def targets_mps(config: pytest.Config, early: bool = False) -> bool:
 
 
 def fallback_mode(config: pytest.Config, early: bool = False) -> str:
-    """``--mps-fallback`` > ini > warn on an MPS session > off (a guest's default)."""
+    """``--mps-fallback`` > ini > warn on an MPS session > off (a guest's default).
+
+    Under ``--mps-emulate`` the default follows the environment, as a Mac's
+    torch does: warn when ``PYTORCH_ENABLE_MPS_FALLBACK`` is set there, else
+    off, so an op without an MPS kernel raises PyTorch's own error.
+    """
     value = config.getoption("mps_fallback")
     if value is None and early:
         value = getattr(config.known_args_namespace, "mps_fallback", None)
@@ -117,6 +124,10 @@ def fallback_mode(config: pytest.Config, early: bool = False) -> str:
     ini = _ini_mode(config, "mps_fallback")
     if ini is not None:
         return ini
+    if emulated(config):
+        # read before pytest-mps sets it (the early call) and after: the same
+        value = os.environ.get(VARIABLE, "0").strip()
+        return "warn" if value not in ("", "0") else "off"
     return "warn" if targets_mps(config, early) else "off"
 
 
