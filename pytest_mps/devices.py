@@ -95,6 +95,8 @@ def _requested(config: pytest.Config) -> tuple[list[str], str]:
         raise pytest.UsageError(str(exc)) from None
     if config.getoption("mps_only", False):
         return (["mps", *[d for d in cli if d != "mps"]], "--mps")
+    if emulated(config):
+        return (["mps", *[d for d in cli if d != "mps"]], "--mps-emulate")
     if cli:
         return cli, flag
     ini_values: list[str] = config.getini("mps_devices")
@@ -107,9 +109,22 @@ def _requested(config: pytest.Config) -> tuple[list[str], str]:
     return ["cpu"], "default"
 
 
+def emulated(config: pytest.Config) -> bool:
+    """True when the run asks for the emulated MPS device (``--mps-emulate``)."""
+    value = config.getoption("mps_emulate", None)
+    if value is None:
+        value = getattr(config.known_args_namespace, "mps_emulate", None)
+    if value is None:
+        try:
+            value = config.getini("mps_emulate")
+        except ValueError:  # the emulate family is blocked (-p no:...)
+            value = False
+    return bool(value)
+
+
 def check_usable(device: str, where: str) -> None:
     """Raise a UsageError naming ``where`` when ``device`` cannot be used here."""
-    where = where if where == "--mps" else f"{where} {device}"
+    where = where if where in ("--mps", "--mps-emulate") else f"{where} {device}"
     if device == "mps":
         reason = backend.mps_unavailable_reason()
         if reason is not None:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import pytest
 
 from pytest_mps import backend, ownership
-from pytest_mps.devices import devices_key
+from pytest_mps.devices import devices_key, emulated
 
 # The variables PyTorch reads, from docs/source/mps_environment_variables.md and
 # the getenv calls in aten/src/ATen/mps/ (MPSAllocator.mm, MPSProfiler.mm,
@@ -90,12 +90,19 @@ class MpsEnvironment(NamedTuple):
     chip: str | None
     variables: Mapping[str, str]
     warnings: tuple[str, ...]
+    #: True under ``--mps-emulate``: MPS is there, emulated on the CPU
+    emulated: bool = False
 
     def header(self) -> list[str]:
         """The lines of the pytest session header."""
         torch_part = f"torch {self.torch_version}" if self.torch_version else "no torch"
-        if self.mps_built is None:
-            mps = "mps: not checked (the plugin imports torch only when asked)"
+        if self.emulated:
+            mps = "mps: emulated on the CPU (--mps-emulate), no Metal GPU"
+        elif self.mps_built is None and self.macos is None:
+            # known without importing torch: every non-Mac torch lacks MPS
+            mps = f"mps: none on {sys.platform} (MPS needs an Apple-silicon Mac)"
+        elif self.mps_built is None:
+            mps = "mps: not checked (torch is not loaded yet)"
         else:
             mps = f"mps built: {self.mps_built}, available: {self.mps_available}"
         line = f"pytest-mps: {torch_part}, devices: {', '.join(self.devices)}; {mps}"
@@ -113,11 +120,14 @@ class MpsEnvironment(NamedTuple):
         return lines
 
 
-def read_environment(config: pytest.Config, chip: bool = True) -> MpsEnvironment:
+def read_environment(
+    config: pytest.Config, chip: bool = True, check: bool = True
+) -> MpsEnvironment:
     """Collect the environment; imports torch only when the session already needs it.
 
     ``chip``: also ask macOS for the chip's name (a ``sysctl`` subprocess on a
-    Mac; nothing elsewhere).
+    Mac; nothing elsewhere). ``check``: on a Mac, import torch to ask whether
+    MPS is built and available (off a Mac the answer is known without it).
     """
     chosen: list[str] = config.stash[devices_key]
     devices = tuple(chosen)
@@ -129,7 +139,8 @@ def read_environment(config: pytest.Config, chip: bool = True) -> MpsEnvironment
         except importlib.metadata.PackageNotFoundError:
             version = None
     built = available = None
-    if version is not None and (loaded is not None or devices != ("cpu",)):
+    asks = check and sys.platform == "darwin"
+    if version is not None and (loaded is not None or devices != ("cpu",) or asks):
         import torch
 
         version = torch.__version__
@@ -148,6 +159,7 @@ def read_environment(config: pytest.Config, chip: bool = True) -> MpsEnvironment
         chip=backend.chip_name() if chip else None,
         variables=variables,
         warnings=tuple(variable_warnings(os.environ)),
+        emulated=emulated(config),
     )
 
 
@@ -157,7 +169,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         # A guest's header: one line at most, and none for a suite without torch.
         if "torch" not in sys.modules:
             return [f"pytest-mps: {yielded}"] if yielded else []
-        line = read_environment(config, chip=False).header()[0]
+        line = read_environment(config, chip=False, check=False).header()[0]
         return [f"{line}; {yielded}" if yielded else line]
     chosen: list[str] = config.stash[devices_key]
     verbose = config.get_verbosity() > 0

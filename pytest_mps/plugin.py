@@ -26,6 +26,7 @@ MODULES = (
     "pytest_mps.benchmark.plugin",
     "pytest_mps.watch.plugin",
     "pytest_mps.audit.plugin",
+    "pytest_mps.emulate.plugin",
 )
 
 

@@ -119,3 +119,26 @@ def test_plugin_does_not_import_torch_for_a_suite_that_never_uses_it(
     assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
     # and a guest's header: nothing about torch for a suite without it
     assert "pytest-mps" not in out.stdout
+
+
+def test_a_run_that_asks_for_pytest_mps_says_what_it_knows_of_mps(
+    tmp_path: Path,
+) -> None:
+    # a subprocess: torch is not loaded when the header is written
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    pass\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--mps-seed=3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("pytest-mps:")]
+    if sys.platform == "darwin":
+        assert "mps built: " in line, line
+    else:
+        assert line.endswith(
+            f"devices: cpu; mps: none on {sys.platform} (MPS needs an Apple-silicon "
+            "Mac)"
+        ), line
+    assert "not checked" not in line and len(line) < 120

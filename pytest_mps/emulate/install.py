@@ -1,0 +1,358 @@
+"""Putting the emulated Mac into torch, and taking it out again.
+
+On a Linux build, ``torch._C`` has the ``_mps_*`` functions that
+``torch.mps`` and ``torch.backends.mps`` call, each raising "Cannot execute
+... without MPS backend". The emulation replaces exactly those with
+:class:`Runtime`'s and sets ``torch._C._has_mps``, so PyTorch's own Python
+layer (``torch.mps.manual_seed``, ``torch.mps.Event``,
+``torch.backends.mps.is_available``, autocast's macOS check) runs unchanged on
+top. It also swaps in ``torch.Generator`` (``torch.Generator("mps")`` makes
+an :class:`~.tensor.EmulatedGenerator`), answers ``torch.accelerator``'s
+questions with mps, registers the ``torch.save`` tag (:mod:`.serialization`)
+and enters the session's :class:`~.calls.EmulationMode`. :meth:`Emulation.undo`
+restores every attribute it replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pytest_mps.audit import ops as mps_ops
+from pytest_mps.emulate import calls, policy, serialization, tensor
+
+#: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
+NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
+
+
+class Runtime:
+    """The emulated ``torch._C._mps_*`` functions: device, memory, events."""
+
+    def __init__(self, macos: tuple[int, int]) -> None:
+        self.macos = macos
+        self.events: dict[int, float | None] = {}
+        self.next_event = 1
+        self.fraction = 1.0
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """``torch._C`` attribute name -> its emulation."""
+        return {
+            "_mps_is_available": lambda: True,
+            "_mps_is_on_macos_or_newer": self.is_on_macos_or_newer,
+            "_mps_is_in_bad_fork": lambda: False,
+            "_mps_get_default_generator": lambda: tensor.default_generator,
+            "_mps_deviceSynchronize": lambda: None,
+            "_mps_emptyCache": lambda: None,
+            "_mps_setMemoryFraction": self.set_memory_fraction,
+            "_mps_currentAllocatedMemory": allocated_bytes,
+            "_mps_driverAllocatedMemory": allocated_bytes,
+            "_mps_recommendedMaxMemory": host_memory,
+            "_mps_acquireEvent": self.acquire_event,
+            "_mps_releaseEvent": self.release_event,
+            "_mps_recordEvent": self.record_event,
+            "_mps_waitForEvent": lambda event: None,
+            "_mps_queryEvent": lambda event: True,
+            "_mps_synchronizeEvent": lambda event: None,
+            "_mps_elapsedTimeOfEvents": self.elapsed_time,
+            "_mps_get_name": lambda: NAME,
+            "_mps_get_core_count": lambda: 0,
+        }
+
+    def is_on_macos_or_newer(self, major: int, minor: int) -> bool:
+        """Against the emulated macOS (``--mps-emulate-macos``; default newest)."""
+        return (major, minor) <= self.macos
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Kept, not enforced: the emulation has no memory limit."""
+        self.fraction = float(fraction)
+
+    def acquire_event(self, enable_timing: bool) -> int:
+        """A new event id; its time is the host clock when it is recorded."""
+        event = self.next_event
+        self.next_event += 1
+        self.events[event] = None
+        return event
+
+    def release_event(self, event: int) -> None:
+        """Forget an event (``torch.mps.Event.__del__``)."""
+        self.events.pop(event, None)
+
+    def record_event(self, event: int) -> None:
+        """Every queued op has already run: recording reads the clock."""
+        self.events[event] = time.perf_counter()
+
+    def elapsed_time(self, start: int, end: int) -> float:
+        """Milliseconds between two recorded events, as ``Event.elapsed_time``."""
+        first, last = self.events.get(start), self.events.get(end)
+        if first is None or last is None:
+            raise RuntimeError(
+                "Both events must be recorded before calculating elapsed time."
+            )
+        return (last - first) * 1000.0
+
+
+def allocated_bytes() -> int:
+    """Bytes held by the emulated tensors alive now (each storage once)."""
+    sizes: dict[int, int] = {}
+    for alive in list(tensor.live.values()):
+        storage = alive.untyped_storage()
+        sizes[storage.data_ptr()] = storage.nbytes()
+    sizes.pop(0, None)
+    return sum(sizes.values())
+
+
+def host_memory() -> int:
+    """The host's memory, where a Mac reports its GPU's working set (no limit)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def generator_class(original: Any) -> Any:
+    """``torch.Generator`` that makes an emulated generator for ``"mps"``.
+
+    ``isinstance(g, torch.Generator)`` stays true for every generator.
+    """
+
+    class Meta(type(original)):  # type: ignore[misc]
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, original)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, original)
+
+    class Generator(original, metaclass=Meta):  # type: ignore[misc]
+        __doc__ = original.__doc__
+
+        def __new__(cls, device: Any = "cpu") -> Any:
+            if tensor._is_mps(device):
+                return tensor.EmulatedGenerator()
+            return original(device)
+
+    return Generator
+
+
+def grouping(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._C._group_tensors_by_device_and_dtype``, keyed by mps for ours.
+
+    PyTorch's C++ groups by the C++ device, the CPU for an emulated tensor;
+    optimizers and ``clip_grad_norm_`` then move values ``.to(device)`` of
+    the group, which would be a copy to the host where a Mac stays on MPS.
+    """
+
+    def group(tensorlistlist: Any, with_indices: bool = False) -> Any:
+        grouped = original(tensorlistlist, with_indices)
+        firsts = tensorlistlist[0] if tensorlistlist else ()
+        if not any(tensor.is_emulated(t) for t in firsts):
+            return grouped
+        regrouped: dict[Any, Any] = {}
+        for (device, dtype), (lists, indices) in grouped.items():
+            for j, first in enumerate(lists[0]):
+                key = (policy.MPS if tensor.is_emulated(first) else device, dtype)
+                entry = regrouped.get(key)
+                if entry is None:
+                    entry = regrouped[key] = ([[] for _ in lists], [])
+                for k, values in enumerate(lists):
+                    if values:  # an unused list (max_exp_avg_sqs) stays empty
+                        entry[0][k].append(values[j])
+                if with_indices:
+                    entry[1].append(indices[j])
+        return {key: (lists, indices) for key, (lists, indices) in regrouped.items()}
+
+    return group
+
+
+class AutocastPatch:
+    """``torch.autocast("mps")`` also enters the CPU's autocast at its dtype.
+
+    The emulated tensors are CPU tensors to the dispatcher, so the CPU's
+    autocast kernels are the ones that cast them; they apply the CPU's op
+    lists (torch/csrc/autocast: MPS's lists differ in a few ops). Plain CPU
+    tensors in the block are cast too, which a Mac would not do.
+    """
+
+    def __init__(self) -> None:
+        from torch.amp.autocast_mode import autocast
+
+        self.owner = autocast
+        enter, leave = autocast.__enter__, autocast.__exit__
+        self.saved = enter, leave
+
+        def patched_enter(block: Any) -> Any:
+            result = enter(block)  # type: ignore[no-untyped-call]
+            if block.device == "mps":
+                inner = autocast(
+                    "cpu",
+                    dtype=block.fast_dtype,
+                    enabled=block._enabled,
+                    cache_enabled=block._cache_enabled,
+                )
+                enter(inner)  # type: ignore[no-untyped-call]
+                block._pytest_mps_cpu = inner
+            return result
+
+        def patched_exit(block: Any, *exc: Any) -> Any:
+            inner = block.__dict__.pop("_pytest_mps_cpu", None)
+            if inner is not None:
+                leave(inner, *exc)
+            return leave(block, *exc)
+
+        autocast.__enter__ = patched_enter  # type: ignore[method-assign]
+        autocast.__exit__ = patched_exit  # type: ignore[method-assign]
+
+    def undo(self) -> None:
+        """Put ``torch.autocast`` back."""
+        self.owner.__enter__, self.owner.__exit__ = self.saved  # type: ignore[method-assign]
+
+
+COMPILE_WARNING = (
+    "torch.compile runs the function eagerly under --mps-emulate: the emulated "
+    "device has no compiler (on a Mac, inductor generates Metal kernels)"
+)
+
+
+def compile_eagerly() -> Callable[..., Any]:
+    """``torch.compile`` that hands back what it is given, with one warning.
+
+    Dynamo cannot trace the emulated tensors (it asks the C++ accelerator,
+    which a Linux build lacks); running eagerly keeps every check of the
+    emulation in place.
+    """
+    import warnings
+
+    warned = [False]
+
+    def compile(model: Any = None, **options: Any) -> Any:
+        if not warned[0]:
+            warned[0] = True
+            warnings.warn(COMPILE_WARNING, UserWarning, stacklevel=2)
+        if model is None:
+            return lambda function: function
+        return model
+
+    return compile
+
+
+def accelerator_functions() -> dict[str, Callable[..., Any]]:
+    """``torch.accelerator``'s answers with an MPS device present."""
+
+    def current_accelerator(check_available: bool = False) -> torch.device:
+        return torch.device("mps")
+
+    def synchronize(device: Any = None) -> None:
+        return None
+
+    return {
+        "current_accelerator": current_accelerator,
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device_index": lambda: 0,
+        "current_device_idx": lambda: 0,
+        "synchronize": synchronize,
+    }
+
+
+class Emulation:
+    """One emulated session: the policy, the patches and the mode."""
+
+    def __init__(self, macos: tuple[int, int], fallback: bool) -> None:
+        self.policy = policy.Policy(mps_ops.load_table(), fallback, macos)
+        self.runtime = Runtime(macos)
+        self.saved: list[tuple[Any, str, Any]] = []
+        self.mode: calls.EmulationMode | None = None
+        self.serialization: serialization.Patches | None = None
+        self.autocast: AutocastPatch | None = None
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self.saved.append((owner, name, getattr(owner, name, _MISSING)))
+        setattr(owner, name, value)
+
+    def install(self) -> None:
+        """Patch torch and enter the mode (in the calling thread)."""
+        import torch.accelerator
+        import torch.backends.mps
+
+        tensor.current[0] = self.policy
+        tensor.default_generator.manual_seed(torch.initial_seed())
+        self._set(torch._C, "_has_mps", True)
+        for name, function in self.runtime.functions().items():
+            self._set(torch._C, name, function)
+        self._set(torch, "Generator", generator_class(torch.Generator))
+        self._set(torch, "compile", compile_eagerly())
+        self._set(
+            torch._C,
+            "_group_tensors_by_device_and_dtype",
+            grouping(torch._C._group_tensors_by_device_and_dtype),
+        )
+        for name, function in accelerator_functions().items():
+            if hasattr(torch.accelerator, name):
+                self._set(torch.accelerator, name, function)
+        _clear_caches(torch.backends.mps)
+        self.serialization = serialization.Patches(tensor.wrap)
+        self.autocast = AutocastPatch()
+        from pytest_mps.watch import device_mix
+
+        device_mix.on_host[0] = policy.on_host
+        self.mode = calls.EmulationMode(self.policy)
+        self.mode.__enter__()  # type: ignore[no-untyped-call]
+
+    def undo(self) -> None:
+        """Leave the mode and restore everything :meth:`install` replaced."""
+        import torch.backends.mps
+
+        if self.mode is not None:
+            self.mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            self.mode = None
+        if self.serialization is not None:
+            self.serialization.undo()
+            self.serialization = None
+        if self.autocast is not None:
+            self.autocast.undo()
+            self.autocast = None
+        from pytest_mps.watch import device_mix
+
+        device_mix.on_host[0] = None
+        for owner, name, value in reversed(self.saved):
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self.saved.clear()
+        if self.runtime.events:
+            # Events made under the emulation and still alive call
+            # _mps_releaseEvent when collected: release ours quietly until
+            # the last is gone, then leave torch's own function in place.
+            torch._C._mps_releaseEvent = _draining(  # type: ignore[assignment]
+                self.runtime.events, torch._C._mps_releaseEvent
+            )
+        _clear_caches(torch.backends.mps)
+        tensor.current[0] = None
+
+
+_MISSING = object()
+
+
+def _draining(events: dict[int, Any], original: Any) -> Callable[[int], None]:
+    def release(event: int) -> None:
+        if event not in events:
+            original(event)
+            return
+        del events[event]
+        if not events and torch._C._mps_releaseEvent is release:
+            torch._C._mps_releaseEvent = original
+
+    return release
+
+
+def _clear_caches(module: Any) -> None:
+    # is_available, is_macos_or_newer, get_name... are lru_cached: an answer
+    # read before (or during) the emulation must not outlive it
+    for value in vars(module).values():
+        clear = getattr(value, "cache_clear", None)
+        if callable(clear):
+            clear()

@@ -1,0 +1,390 @@
+"""What MPS does with an op, its tensors and its generator, in PyTorch's own words.
+
+The emulated device (:mod:`.tensor`) asks this module, before each aten op,
+what a Mac would do: run it, run it on the CPU with a warning, or raise. The
+knowledge is the audit's (:mod:`pytest_mps.audit.ops` reads the installed
+torch's ``native_functions.yaml``, :mod:`pytest_mps.audit.rules` the argument
+rules), so the emulation and ``--mps-audit`` judge alike. The messages are
+PyTorch's, each quoted from the source file named beside it.
+
+Placement, as PyTorch checks it on MPS (its codegen adds no device check for
+MPS kernels: torchgen/gen.py gives only CUDA and XPU ``device_guard``):
+
+- an op whose kernel is a TensorIterator (the yaml's ``structured_inherits:
+  TensorIteratorBase``) checks devices itself and takes 0-dim CPU tensors as
+  scalars (TensorIterator.cpp, ``compute_types``);
+- any other MPS kernel reads its inputs through MPSGraph placeholders, which
+  refuse a CPU tensor (OperationUtils.mm, ``Placeholder::Placeholder``). Some
+  check devices first in their own words (``where_self_out_mps`` in
+  TensorCompare.mm); those get the placeholder's message here.
+
+0-dim CPU tensors pass everywhere here: MPS kernels take them as scalars
+(pytorch#142048 says at what cost; the mixed-device guard reports them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from pytest_mps.audit import ops as mps_ops
+from pytest_mps.audit import rules as audit_rules
+
+MPS = torch.device("mps", 0)
+CPU = torch.device("cpu")
+
+# aten/src/ATen/mps/MPSFallback.mm, mps_error_fallback (TORCH_CHECK_NOT_IMPLEMENTED).
+NOT_IMPLEMENTED = (
+    "The operator '{op}' is not currently implemented for the MPS device. If you "
+    "want this op to be considered for addition please comment on "
+    "https://github.com/pytorch/pytorch/issues/141287 and mention use-case, that "
+    "resulted in missing op as well as commit hash {sha}. As a temporary fix, you "
+    "can set the environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the "
+    "CPU as a fallback for this op. WARNING: this will be slower than running "
+    "natively on MPS."
+)
+# MPSFallback.mm, mps_fallback (TORCH_WARN_ONCE). A Mac's warning also ends in
+# " (Triggered internally at <build path>/MPSFallback.mm:<line>.)", which is
+# the build's and not reproduced.
+FALLBACK_WARNING = (
+    "The operator '{op}' is not currently supported on the MPS backend and will "
+    "fall back to run on the CPU. This may have performance implications."
+)
+# aten/src/ATen/TensorIterator.cpp, TensorIteratorBase::compute_types.
+TWO_DEVICES = (
+    "Expected all tensors to be on the same device, but found at least two "
+    "devices, {first} and {second}!"
+)
+# aten/src/ATen/native/mps/OperationUtils.mm, Placeholder::Placeholder.
+PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"
+# aten/src/ATen/mps/EmptyTensor.cpp, empty_mps (TORCH_CHECK_TYPE).
+BFLOAT16_MACOS = "MPS BFloat16 is only supported on MacOS 14 or newer"
+# torch/csrc/utils/tensor_numpy.cpp, tensor_to_numpy (TypeError).
+TO_NUMPY = (
+    "can't convert mps:0 device type tensor to numpy. Use Tensor.cpu() to copy "
+    "the tensor to host memory first."
+)
+# aten/src/ATen/core/Generator.h, check_generator.
+GENERATOR = "Expected a '{want}' device type for generator but found '{found}'"
+
+#: PyTorch's variable, read once when torch loads (MPSFallback.mm: a static).
+VARIABLE = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+
+def fallback_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``PYTORCH_ENABLE_MPS_FALLBACK`` turns the CPU fallback on.
+
+    MPSFallback.mm: unset or ``std::stoi(value) == 0`` raises; any other
+    number falls back (a non-number makes ``std::stoi`` throw when torch loads;
+    here it counts as off).
+    """
+    number = re.match(r"\s*[+-]?(\d+)", environ.get(VARIABLE) or "")
+    return number is not None and int(number.group(1)) != 0
+
+
+class Call:
+    """The torch API call the user's code is making now (one per thread).
+
+    The emulation tells a CPU tensor the user passed (a bug on a Mac) from one
+    PyTorch made inside a call from the tensors' options (``at::ones(...,
+    q.options())`` in attention's math path): on the CPU both are plain CPU
+    tensors, on a Mac only the first is. A plain CPU tensor counts as the
+    user's when it shares storage with a CPU tensor among the arguments of
+    the outermost torch call (:mod:`.calls` notes it), as views and reshapes
+    of the argument do.
+    """
+
+    __slots__ = ("args", "func", "kwargs", "storages")
+
+    def __init__(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]):
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.storages: frozenset[int] | None = None
+
+    def user_storages(self) -> frozenset[int]:
+        """The storages of the plain CPU tensors among the call's arguments."""
+        if self.storages is None:
+            from torch.utils._pytree import tree_leaves
+
+            found = set()
+            for leaf in tree_leaves((self.args, self.kwargs)):
+                # a Parameter too (a model left on the CPU); an emulated
+                # tensor says mps
+                if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+                    if leaf.layout == torch.strided:
+                        found.add(leaf.untyped_storage().data_ptr())
+            found.discard(0)
+            self.storages = frozenset(found)
+        return self.storages
+
+
+_local = threading.local()
+
+
+def current_call() -> Call | None:
+    """The outermost torch call of this thread, if :mod:`.calls` saw one."""
+    return getattr(_local, "call", None)
+
+
+def set_current_call(call: Call | None) -> None:
+    """Note (or clear) the outermost torch call of this thread."""
+    _local.call = call
+
+
+def exempt_positions() -> dict[Any, frozenset[int] | None]:
+    """Ops that take CPU tensors on purpose, with the argument positions.
+
+    Copies move data between devices, as the mixed-device guard knows them
+    (None: every argument); advanced
+    indexing moves CPU indices to the indexed tensor's device
+    (TensorAdvancedIndexing.cpp, ``make_info``).
+    """
+    from pytest_mps.watch.device_mix import exempt_ops
+
+    aten = torch.ops.aten
+    # the mixed-device guard's own list: copies, and the attention backwards
+    # taking their seed on the host
+    found: dict[Any, frozenset[int] | None] = dict.fromkeys(exempt_ops())
+    for op in (
+        aten.index.Tensor,
+        aten.index_put.default,
+        aten.index_put_.default,
+        aten._index_put_impl_.default,
+    ):
+        found[op] = frozenset({1})
+    return found
+
+
+class Policy:
+    """The emulated Mac: its op table, fallback setting and macOS version."""
+
+    def __init__(
+        self,
+        table: mps_ops.OpTable,
+        fallback: bool,
+        macos: tuple[int, int],
+    ) -> None:
+        self.table = table
+        self.fallback = fallback
+        self.macos = macos
+        self.sha = torch.version.git_version
+        self.exempt = exempt_positions()
+        self.verdicts: dict[Any, mps_ops.Prediction] = {}
+        self.warned = False
+        self.bad_dtypes = _bad_dtypes(macos)
+
+    # -- ops ------------------------------------------------------------------------
+
+    def check_op(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Raise or warn as MPS would before running ``func``; return to run it."""
+        __tracebackhide__ = True
+        prediction = self.verdicts.get(func)
+        if prediction is None:
+            prediction = self.verdicts[func] = self.table.predict(func.name())
+        name = prediction.op.removesuffix(".default")
+        rule = audit_rules.ARGUMENT_RULES.get(prediction.op)
+        if rule is not None:
+            call = current_call()
+            seen = (call.func, call.args, call.kwargs) if call is not None else None
+            verdict = rule(args, kwargs, seen)
+            if verdict is not None:
+                self.apply(verdict, name)
+            return
+        self._apply_outcome(prediction.outcome, name)
+
+    def apply(self, verdict: audit_rules.Verdict, op: str) -> None:
+        """Act on an argument or call rule's verdict for ``op``."""
+        __tracebackhide__ = True
+        if verdict.outcome == mps_ops.RAISES:
+            raise raised(verdict)
+        self._apply_outcome(verdict.outcome, op)
+
+    def _apply_outcome(self, outcome: str, op: str) -> None:
+        __tracebackhide__ = True
+        if outcome == mps_ops.FORCED_FALLBACK:
+            self.warn_fallback(op)
+        elif outcome == mps_ops.FALLBACK:
+            if not self.fallback:
+                raise NotImplementedError(NOT_IMPLEMENTED.format(op=op, sha=self.sha))
+            self.warn_fallback(op)
+
+    def warn_fallback(self, op: str) -> None:
+        """PyTorch's fallback warning: once per process, unless warn-always is on.
+
+        ``TORCH_WARN_ONCE`` keeps one flag per call site, and every op falls
+        back through the one ``mps_fallback`` function.
+        """
+        if self.warned and not torch.is_warn_always_enabled():
+            return
+        self.warned = True
+        warnings.warn(FALLBACK_WARNING.format(op=op), UserWarning, stacklevel=2)
+
+    # -- placement ------------------------------------------------------------------
+
+    def check_placement(
+        self,
+        func: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        is_emulated: Any,
+    ) -> None:
+        """Raise as MPS would for an op mixing the device with CPU tensors."""
+        __tracebackhide__ = True
+        exempt = self.exempt.get(func, frozenset())
+        if exempt is None:
+            return
+        mutated = _mutated_positions(func)
+        call = current_call()
+        operands: list[tuple[torch.device, bool]] = []  # (device, is an output)
+        bad = False
+        for position, value in enumerate(args):
+            values = value if isinstance(value, (list, tuple)) else (value,)
+            for item in values:
+                if not isinstance(item, torch.Tensor):
+                    continue
+                if is_emulated(item):
+                    operands.append((MPS, position in mutated))
+                    continue
+                if position in exempt:
+                    continue
+                output = position in mutated
+                where = _placement_of(item, output, call)
+                if where is None:
+                    operands.append((MPS, output))
+                    continue
+                operands.append((where, output))
+                bad = bad or where != MPS
+        for name, value in kwargs.items():
+            if isinstance(value, torch.Tensor) and is_emulated(value):
+                operands.append((MPS, name == "out"))
+            elif isinstance(value, torch.Tensor):
+                output = name == "out"
+                where = _placement_of(value, output, call)
+                if where is not None:
+                    operands.append((where, output))
+                    bad = True
+        if not bad:
+            return
+        if func.name().removeprefix("aten::").removesuffix(".default") in (
+            self.table.iterators
+        ):
+            # outputs come first in a TensorIterator's operands
+            ordered = [d for d, out in operands if out] + [
+                d for d, out in operands if not out
+            ]
+            first = ordered[0]
+            second = next((d for d in ordered if d != first), None)
+            if second is not None:
+                raise RuntimeError(TWO_DEVICES.format(first=first, second=second))
+        raise RuntimeError(PLACEHOLDER)
+
+    # -- dtypes and generators ----------------------------------------------------
+
+    def dtype_error(self, dtype: torch.dtype) -> TypeError | None:
+        """PyTorch's TypeError for a tensor of ``dtype`` on MPS, or None."""
+        message = self.bad_dtypes.get(dtype)
+        return TypeError(message) if message is not None else None
+
+    def check_generator(self, generator: Any, device: torch.device) -> None:
+        """Raise when ``generator`` belongs to another device type than ``device``."""
+        __tracebackhide__ = True
+        if generator is None:
+            return
+        found = generator.device.type
+        if found != device.type:
+            raise RuntimeError(GENERATOR.format(want=device.type, found=found))
+
+
+def _placement_of(
+    tensor: torch.Tensor, output: bool, call: Call | None
+) -> torch.device | None:
+    """Where a plain tensor counts as living: the CPU, or None for "the device".
+
+    A 0-dim CPU input is a scalar MPS takes; a CPU tensor that PyTorch made
+    inside the user's call (not sharing storage with the call's arguments)
+    would have been made on MPS on a Mac.
+    """
+    if tensor.device.type != "cpu":
+        return tensor.device
+    if tensor.dim() == 0 and not output:
+        return None
+    if call is not None and tensor.layout == torch.strided:
+        storage = tensor.untyped_storage().data_ptr()
+        if storage not in call.user_storages():
+            return None
+    return CPU
+
+
+def on_host(tensor: torch.Tensor) -> bool:
+    """True when a plain CPU tensor would be on the host on a Mac as well.
+
+    The mixed-device guard's view of :func:`_placement_of`: a 0-dim CPU
+    tensor the user passed is still a host tensor there (pytorch#142048).
+    """
+    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu":
+        return tensor.device.type == "cpu"
+    call = current_call()
+    if call is None or tensor.layout != torch.strided:
+        return True
+    return tensor.untyped_storage().data_ptr() in call.user_storages()
+
+
+_mutated: dict[Any, frozenset[int]] = {}
+
+
+def _mutated_positions(func: Any) -> frozenset[int]:
+    """The positions of the arguments ``func`` writes to (``self`` of ``add_``)."""
+    found = _mutated.get(func)
+    if found is None:
+        found = _mutated[func] = frozenset(
+            i
+            for i, argument in enumerate(func._schema.arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write
+        )
+    return found
+
+
+def raised(verdict: audit_rules.Verdict) -> Exception:
+    """The exception for a rule that says MPS raises.
+
+    Where the rule knows PyTorch's own message and exception (adaptive
+    pooling's NotImplementedError) they are raised as they are; otherwise the
+    rule's own words, marked as the emulation's, since the text a Mac prints
+    is not known.
+    """
+    if verdict.message:
+        kind = (
+            NotImplementedError
+            if verdict.error == "NotImplementedError"
+            else (TypeError if verdict.error == "TypeError" else RuntimeError)
+        )
+        return kind(verdict.message)
+    return RuntimeError(
+        f"MPS (emulated by pytest-mps): {verdict.rule} [{verdict.source}]"
+    )
+
+
+def _bad_dtypes(macos: tuple[int, int]) -> dict[torch.dtype, str]:
+    """Every dtype MPS cannot hold on ``macos``, with PyTorch's message."""
+    found: dict[torch.dtype, str] = {}
+    for value in vars(torch).values():
+        if not isinstance(value, torch.dtype) or value in found:
+            continue
+        message = mps_ops.dtype_problem(value)
+        if message is not None:
+            found[value] = message
+    if macos < (14, 0):
+        found[torch.bfloat16] = BFLOAT16_MACOS
+        for name, message in audit_rules.MACOS_14_DTYPES.items():
+            dtype = getattr(torch, name.removeprefix("torch."))
+            found.setdefault(dtype, message)
+    return found
