@@ -1,8 +1,10 @@
 """Shared test setup: torch loaded once, the running environment left as found.
 
-pytester's in-process runs restore ``sys.modules`` afterwards; a torch first
-imported inside such a run would be dropped and imported again by the next one,
-which crashes the interpreter. Importing it once here keeps it loaded.
+pytester's in-process runs restore ``sys.modules`` afterwards; a torch (or a
+torch submodule that registers operators) first imported inside such a run
+would be dropped and imported again by the next one, which crashes the
+interpreter or refuses the second registration. Importing them once here keeps
+them loaded.
 """
 
 from __future__ import annotations
@@ -10,16 +12,35 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import site
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch  # noqa: F401
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "template"
+# Imported lazily by torch on the first __torch_dispatch__ of a tensor subclass
+# (the emulated device's): loaded here for the reason above.
+try:
+    import torch.distributed.tensor  # noqa: F401
+except ImportError:  # a torch built without distributed support
+    pass
+import torch._dynamo  # noqa: F401  (optimizer.step imports it)
+import torch._subclasses.schema_check_mode  # noqa: F401
+import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = REPO / "template"
 Distribution = tuple[str, str, str]
+# The default pytest_mps_source, `auto`, is read from the checkout the template
+# is in, so it differs between a clone with a git remote and one without. Bakes
+# that are not about it name this source instead (example.org: never installed).
+STAND_IN_SOURCE = "git+https://example.org/pytest-mps.git@v0.1.0"
 
 
 def running_site_dirs() -> list[str]:
@@ -130,6 +151,7 @@ def bake(cookiecutter_config: Path) -> Callable[..., Path]:
     from cookiecutter.main import cookiecutter
 
     def bake(output_dir: Path, **answers: str) -> Path:
+        answers.setdefault("pytest_mps_source", STAND_IN_SOURCE)
         saved = tempfile.tempdir
         with tempfile.TemporaryDirectory(dir=cookiecutter_config.parent) as hooks:
             tempfile.tempdir = hooks
@@ -147,3 +169,122 @@ def bake(cookiecutter_config: Path) -> Callable[..., Path]:
                 tempfile.tempdir = saved
 
     return bake
+
+
+def copy_of_this_checkout(into: Path, template: bool = True) -> Path:
+    """This worktree's pytest-mps sources, committed or not, copied to `into`.
+
+    Building or baking from the copy never writes in the repository (setuptools
+    leaves build/ and *.egg-info/ in the folder it builds).
+    """
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc")
+    into.mkdir(parents=True)
+    for folder in ("pytest_mps", "template") if template else ("pytest_mps",):
+        shutil.copytree(REPO / folder, into / folder, ignore=junk)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, into / name)
+    return into
+
+
+def git(*args: str | Path, cwd: Path) -> str:
+    """Run git in `cwd`, untouched by the user's git configuration; its output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= {
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "test",
+        "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "test",
+        "GIT_COMMITTER_EMAIL": "test@example.org",
+    }
+    done = subprocess.run(
+        ["git", *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"git {args}: {done.stderr}"
+    return done.stdout.strip()
+
+
+def commit_all(folder: Path) -> str:
+    """Make `folder` a git repository holding its files in one commit; its hash."""
+    git("init", "--quiet", "--initial-branch=main", cwd=folder)
+    git("add", "--all", cwd=folder)
+    git("commit", "--quiet", "--message=pytest-mps", cwd=folder)
+    return git("rev-parse", "HEAD", cwd=folder)
+
+
+# The public address the published clone's `origin` names. Nothing here reaches
+# it: `Published.git_env` has git fetch it from the local repository instead.
+FORGE_URL = "https://github.com/pytest-mps-tests/pytest-mps.git"
+
+
+@dataclass(frozen=True)
+class Published:
+    """pytest-mps as a user clones it: `clone`, whose `origin` is FORGE_URL."""
+
+    remote: Path  # a repository holding this worktree's sources in one commit
+    clone: Path  # its clone, with `origin` = FORGE_URL, fetched from `remote`
+    commit: str
+    url: str = FORGE_URL
+
+    def git_env(self) -> dict[str, str]:
+        """Environment variables that make git fetch `url` from `remote`.
+
+        git's ``url.<base>.insteadOf``, given as GIT_CONFIG_* variables (git
+        2.31): pip clones the written ``git+https://github.com/...`` URL, as a CI
+        machine would, and gets the local repository, with no network.
+        """
+        return {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": f"url.{self.remote.as_uri()}.insteadOf",
+            "GIT_CONFIG_VALUE_0": self.url,
+        }
+
+
+@pytest.fixture(scope="session")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
+    """A clone of this checkout whose `origin` reads as a public forge's URL,
+    though its commits come from a local repository (no network here)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    work = tmp_path_factory.mktemp("published")
+    remote = copy_of_this_checkout(work / "pytest-mps")
+    commit = commit_all(remote)
+    git("clone", "--quiet", remote.as_uri(), work / "clone", cwd=work)
+    git("remote", "set-url", "origin", FORGE_URL, cwd=work / "clone")
+    return Published(remote, work / "clone", commit)
+
+
+def bake_on_the_command_line(
+    template: Path, output_dir: Path, config: Path, *answers: str
+) -> subprocess.CompletedProcess[str]:
+    """`cookiecutter TEMPLATE --no-input -o OUTPUT_DIR ANSWERS...`, as a user runs it.
+
+    A process of its own: cookiecutter imports the template's extension module
+    once per process, and `auto` reads the template's location from it.
+    """
+    tmp = output_dir.parent / f"{output_dir.name}-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cookiecutter", str(template), "--no-input",
+         "-o", str(output_dir), "--config-file", str(config), *answers],
+        capture_output=True,
+        text=True,
+        env={**env, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def baked_from_the_clone(
+    published: Published,
+    cookiecutter_config: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """The project baked with every default answer from the published clone."""
+    out = tmp_path_factory.mktemp("from-clone")
+    done = bake_on_the_command_line(
+        published.clone / "template", out / "out", cookiecutter_config
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == done.stderr == "", done.stdout + done.stderr
+    return out / "out" / "tiny-gpt"

@@ -15,8 +15,16 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from conftest import (
+    Published,
+    bake_on_the_command_line,
+    commit_all,
+    copy_of_this_checkout,
+    git,
+)
 from packaging.requirements import Requirement
 
 pytest.importorskip("cookiecutter.main")
@@ -79,8 +87,22 @@ def files_of(project: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, bake: Bake) -> Path:
-    """The template baked with every default answer."""
+    """The template baked with every default answer but pytest_mps_source, which
+    the `bake` fixture sets to a VCS URL (the default's form in a clone)."""
     return bake(tmp_path_factory.mktemp("default"))
+
+
+@pytest.fixture(scope="module")
+def local_extensions() -> ModuleType:
+    """The template's answer checks, imported from its file."""
+    spec = importlib.util.spec_from_file_location(
+        "template_local_extensions", TEMPLATE / "local_extensions.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_default_answers_bake_exactly_the_expected_files(project: Path) -> None:
@@ -120,8 +142,9 @@ def test_each_preset_bakes_and_becomes_the_default(
         {"license": "BSD-3-Clause", "python_version": "3.12"},
         {"license": "Proprietary", "author": 'Ann "Quotes" O\'Neil & <Co>'},
         {"pytest_mps_source": "git+ssh://git@example.org/t/pytest-mps.git"},
+        {"pytest_mps_source": ">=0.1,<0.2"},
     ],
-    ids=["defaults", "gpt2-apache", "bsd", "proprietary-odd-author", "vcs"],
+    ids=["defaults", "gpt2-apache", "bsd", "proprietary-odd-author", "vcs", "range"],
 )
 def test_no_jinja_survives_in_any_text_file(
     tmp_path: Path, bake: Bake, context: dict
@@ -286,15 +309,242 @@ def dev_requirement(project: Path, name: str) -> Requirement:
     return next(r for r in found if r.name == name)
 
 
-def test_by_default_pytest_mps_comes_from_the_index_in_a_version_range(
-    project: Path,
+def test_by_default_pytest_mps_comes_from_the_remote_and_commit_of_the_checkout(
+    baked_from_the_clone: Path, published: Published
 ) -> None:
+    url = f"git+{published.url}@{published.commit}"
+    required = dev_requirement(baked_from_the_clone, "pytest-mps")
+    assert required.url == url
+    readme = (baked_from_the_clone / "README.md").read_text()
+    assert f"`pytest-mps @ {url}`" in readme and "pip clones it" in readme
+    workflow = (baked_from_the_clone / WORKFLOW).read_text()
+    assert f"# pytest-mps @ {url}" in workflow
+    # Installing it is test_template_install.py's work.
+
+
+@pytest.mark.parametrize("history", ["no git", "git without a remote"])
+def test_without_a_remote_the_bake_says_in_one_line_that_ci_needs_a_source(
+    tmp_path: Path, cookiecutter_config: Path, history: str
+) -> None:
+    checkout = copy_of_this_checkout(tmp_path / "pytest-mps")
+    if history != "no git":
+        commit_all(checkout)
+    done = bake_on_the_command_line(
+        checkout / "template", tmp_path / "out", cookiecutter_config
+    )
+    assert done.returncode == 0, done.stderr
+    project = tmp_path / "out" / "tiny-gpt"
+    said = done.stderr.splitlines()
+    assert len(said) == 1 and done.stdout == "", done.stdout + done.stderr
+    assert said[0].startswith("no CI workflow written: the project's CI needs a source")
+    reason = "is not a git checkout" if history == "no git" else "has no remote"
+    assert f"{checkout} {reason}" in said[0]
+    for form in ("a version range on a package index", "a VCS URL", "a path"):
+        assert form in said[0]
+    # The project works on this machine; no workflow that could not install.
+    assert not (project / ".github").exists()
+    assert dev_requirement(project, "pytest-mps").url == checkout.as_uri()
+    assert (
+        "which is why this project has no CI workflow"
+        in (project / "README.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("remote", "reason"),
+    [
+        ("file", "a local folder, which a CI machine does not have"),
+        ("path", "a local folder, which a CI machine does not have"),
+        ("git@git.example.org:o/p.git", "an ssh address, for which a CI machine has"),
+    ],
+)
+def test_a_remote_a_ci_machine_cannot_clone_gets_no_workflow_and_one_line(
+    tmp_path: Path,
+    cookiecutter_config: Path,
+    published: Published,
+    remote: str,
+    reason: str,
+) -> None:
+    # A clone of a clone, a local mirror, a self-hosted forge over ssh: the
+    # written git+file:// or git+ssh:// URL would fail on the project's CI.
+    clone = tmp_path / "clone"
+    git("clone", "--quiet", published.remote.as_uri(), clone, cwd=tmp_path)
+    address = {"file": published.remote.as_uri(), "path": str(published.remote)}
+    git("remote", "set-url", "origin", address.get(remote, remote), cwd=clone)
+    done = bake_on_the_command_line(
+        clone / "template", tmp_path / "out", cookiecutter_config
+    )
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.splitlines()
+    assert len(said) == 1 and done.stdout == "", done.stdout + done.stderr
+    assert said[0].startswith("no CI workflow written: the project's CI needs a source")
+    assert f"the git checkout {clone} has a remote" in said[0] and reason in said[0]
+    for form in ("a version range on a package index", "a VCS URL", "a path"):
+        assert form in said[0]
+    project = tmp_path / "out" / "tiny-gpt"
+    assert not (project / ".github").exists()
+    assert dev_requirement(project, "pytest-mps").url == clone.as_uri()
+
+
+def test_a_template_outside_a_pytest_mps_checkout_is_refused_in_one_line(
+    tmp_path: Path, cookiecutter_config: Path
+) -> None:
+    shutil.copytree(TEMPLATE, tmp_path / "template")
+    done = bake_on_the_command_line(
+        tmp_path / "template", tmp_path / "out", cookiecutter_config
+    )
+    assert done.returncode == 1
+    said = (done.stdout + done.stderr).strip().splitlines()
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        "ERROR: pytest_mps_source 'auto' finds nothing to install pytest-mps from:"
+        f" the template at {tmp_path / 'template'} is in no pytest-mps checkout"
+    )
+    for form in ("a version range on a package index", "a path", "a VCS URL"):
+        assert form in said[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_commit_the_remote_lacks_is_named_before_the_projects_ci_runs(
+    tmp_path: Path, published: Published, local_extensions: ModuleType
+) -> None:
+    clone = tmp_path / "clone"
+    git("clone", "--quiet", published.remote.as_uri(), clone, cwd=tmp_path)
+    git("remote", "set-url", "origin", published.url, cwd=clone)
+    assert local_extensions.find_source(clone / "template").warning == ""
+    (clone / "NOTES").write_text("not pushed\n")
+    git("add", "NOTES", cwd=clone)
+    git("commit", "--quiet", "--message=local", cwd=clone)
+    found = local_extensions.find_source(clone / "template")
+    commit = git("rev-parse", "HEAD", cwd=clone)
+    assert found.source == f"git+{published.url}@{commit}"
+    assert found.warning.startswith(
+        f"pytest-mps comes from commit {commit[:12]}, which origin"
+        f" ({published.url}) does not have"
+    )
+    assert found.warning.endswith("push it before the project's CI runs")
+
+
+def test_a_tag_only_this_clone_has_does_not_count_as_pushed(
+    tmp_path: Path, published: Published, local_extensions: ModuleType
+) -> None:
+    clone = tmp_path / "clone"
+    git("clone", "--quiet", published.remote.as_uri(), clone, cwd=tmp_path)
+    git("remote", "set-url", "origin", published.url, cwd=clone)
+    (clone / "NOTES").write_text("not pushed\n")
+    git("add", "NOTES", cwd=clone)
+    git("commit", "--quiet", "--message=local", cwd=clone)
+    git("tag", "v9.9.9", cwd=clone)  # never pushed: origin has no such tag
+    commit = git("rev-parse", "HEAD", cwd=clone)
+    warning = local_extensions.find_source(clone / "template").warning
+    assert warning.startswith(f"pytest-mps comes from commit {commit[:12]}, which")
+
+
+def test_changes_not_committed_are_named_before_the_projects_ci_runs(
+    tmp_path: Path, published: Published, local_extensions: ModuleType
+) -> None:
+    clone = tmp_path / "clone"
+    git("clone", "--quiet", published.remote.as_uri(), clone, cwd=tmp_path)
+    git("remote", "set-url", "origin", published.url, cwd=clone)
+    (clone / "pytest_mps" / "__init__.py").write_text("# changed\n", "utf-8")
+    found = local_extensions.find_source(clone / "template")
+    commit = published.commit
+    assert found.source == f"git+{published.url}@{commit}"
+    assert found.warning.splitlines() == [
+        f"{clone} has changes not committed: the project's CI installs commit"
+        f" {commit[:12]} without them; commit and push them first"
+    ]
+
+
+def test_a_checkout_git_does_not_track_is_named_before_the_projects_ci_runs(
+    tmp_path: Path, local_extensions: ModuleType
+) -> None:
+    outer = tmp_path / "monorepo"
+    outer.mkdir()
+    (outer / "app.py").write_text("print('app')\n")
+    commit = commit_all(outer)
+    git("remote", "add", "origin", "https://github.com/team/monorepo.git", cwd=outer)
+    git("update-ref", "refs/remotes/origin/main", commit, cwd=outer)  # pushed
+    checkout = copy_of_this_checkout(outer / "tools" / "pytest-mps")  # untracked
+    found = local_extensions.find_source(checkout / "template")
+    assert found.source == (
+        f"git+https://github.com/team/monorepo.git@{commit}"
+        "#subdirectory=tools/pytest-mps"
+    )
+    assert found.warning.splitlines() == [
+        f"{checkout} is not tracked by git in {outer}: the project's CI installs"
+        f" commit {commit[:12]}, which lacks it; add, commit and push it first"
+    ]
+
+
+def test_a_branch_whose_remote_has_no_url_counts_as_no_remote(
+    tmp_path: Path, local_extensions: ModuleType
+) -> None:
+    checkout = copy_of_this_checkout(tmp_path / "pytest-mps")
+    commit_all(checkout)
+    git("config", "branch.main.remote", "gone", cwd=checkout)  # no such remote
+    found = local_extensions.find_source(checkout / "template")
+    assert found.source == str(checkout)
+    assert found.why_not_vcs == (
+        f"the git checkout {checkout} has no remote: its branch names 'gone',"
+        " which has no URL"
+    )
+
+
+def test_a_checkout_below_the_top_of_its_repository_is_named_by_subdirectory(
+    tmp_path: Path, local_extensions: ModuleType
+) -> None:
+    outer = tmp_path / "monorepo"
+    copy_of_this_checkout(outer / "tools" / "pytest-mps")
+    git("init", "--quiet", cwd=outer)
+    git("remote", "add", "origin", "git@github.com:team/monorepo.git", cwd=outer)
+    commit = commit_all(outer)  # `git init` again only reinitializes
+    found = local_extensions.find_source(outer / "tools" / "pytest-mps" / "template")
+    assert found.source == (
+        f"git+https://github.com/team/monorepo.git@{commit}"
+        "#subdirectory=tools/pytest-mps"
+    )
+
+
+@pytest.mark.parametrize(
+    ("remote", "url"),
+    [
+        (
+            "https://github.com/o/pytest-mps.git",
+            "git+https://github.com/o/pytest-mps.git",
+        ),
+        # Credentials never reach the project's files.
+        ("https://me:token@github.com/o/p.git", "git+https://github.com/o/p.git"),
+        # A CI runner has no ssh key: public forges are cloned over https.
+        ("git@github.com:o/p.git", "git+https://github.com/o/p.git"),
+        ("ssh://git@gitlab.com/o/p.git", "git+https://gitlab.com/o/p.git"),
+        ("git@git.example.org:o/p.git", "git+ssh://git@git.example.org/o/p.git"),
+        (
+            "ssh://git@git.example.org:2222/o/p",
+            "git+ssh://git@git.example.org:2222/o/p",
+        ),
+        ("file:///srv/git/p.git", "git+file:///srv/git/p.git"),
+        ("/srv/git/p.git", "git+file:///srv/git/p.git"),
+        ("../p.git", "git+file:///work/p.git"),
+        ("git://github.com/o/p.git", None),  # unauthenticated: GitHub refuses it
+    ],
+)
+def test_a_git_remote_becomes_a_url_pip_can_clone(
+    local_extensions: ModuleType, remote: str, url: str | None
+) -> None:
+    assert local_extensions.pip_vcs_url(remote, Path("/work/checkout")) == url
+
+
+def test_a_version_range_names_pytest_mps_on_the_package_index(
+    tmp_path: Path, bake: Bake
+) -> None:
+    project = bake(tmp_path, pytest_mps_source=">=0.1,<0.2")
     required = dev_requirement(project, "pytest-mps")
     assert str(required.specifier) == "<0.2,>=0.1" and required.url is None
     readme = (project / "README.md").read_text()
-    assert "`pytest-mps>=0.1,<0.2`" in readme and "not on PyPI yet" in readme
+    assert "from the package index, as\n`pytest-mps>=0.1,<0.2`" in readme
     workflow = (project / WORKFLOW).read_text()
-    assert "pytest-mps>=0.1,<0.2" in workflow and "not on PyPI yet" in workflow
+    assert "# pytest-mps>=0.1,<0.2\n      # from the package index." in workflow
     for path in project.rglob("*"):
         if path.is_file() and path.suffix != ".txt":
             assert "pypi.org" not in path.read_text(), path
@@ -303,7 +553,7 @@ def test_by_default_pytest_mps_comes_from_the_index_in_a_version_range(
 
 
 def test_a_relative_path_becomes_an_absolute_file_reference(
-    tmp_path: Path, bake: Bake, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, bake: Bake, monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:
     checkout = tmp_path / "src" / "pytest-mps"
     checkout.mkdir(parents=True)
@@ -318,7 +568,15 @@ def test_a_relative_path_becomes_an_absolute_file_reference(
     readme = (baked / "README.md").read_text()
     assert f"`pytest-mps @ {checkout.as_uri()}`" in readme
     assert "does not have that path" in readme
-    assert "which the runner does not" in (baked / WORKFLOW).read_text()
+    # A CI machine could not install it: no workflow, and one line says why.
+    assert not (baked / ".github").exists()
+    said = capfd.readouterr().err.splitlines()
+    assert said == [
+        "no CI workflow written: pytest_mps_source is a path, which a CI machine"
+        " does not have; for CI, bake with pytest_mps_source set to a version range"
+        " on a package index ('>=0.1,<0.2') or a VCS URL"
+        " ('git+https://HOST/OWNER/pytest-mps.git@REF')"
+    ]
 
 
 def test_a_wheel_becomes_a_file_reference(tmp_path: Path, bake: Bake) -> None:
@@ -348,6 +606,7 @@ def test_the_workflow_is_yaml_with_its_expressions_intact(project: Path) -> None
     )
     assert "tiny-gpt train --preset=tiny" in steps["Smoke run"]["run"]
     assert steps["Tests and MPS audit"]["run"] == "pytest --mps-audit=report"
+    assert steps["Tests on an emulated MPS device"]["run"] == "pytest --mps-emulate"
     ddp = steps["Smoke run, 2 processes (DDP over gloo on the CPU)"]["run"]
     assert "--nproc_per_node=2 -m tiny_gpt train" in ddp and "\n" not in ddp
     mac = workflow["jobs"]["macos-mps"]

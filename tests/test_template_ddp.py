@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 pytest.importorskip("cookiecutter.main")
 torch = pytest.importorskip("torch")
@@ -73,11 +74,27 @@ def run_env(project: Path) -> dict[str, str]:
     return env
 
 
+def readme_torchrun() -> list[str]:
+    """README.md's torchrun command: `torchrun ... -m tiny_gpt train`, as words."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (command,) = re.findall(r"`(torchrun [^`]*)`", readme)
+    return command.split()
+
+
 def runner(ranks: int) -> list[str]:
+    """What comes before `-m tiny_gpt COMMAND`: python, or the README's torchrun
+    with N processes (`python -m torch.distributed.run` is `torchrun`'s entry point,
+    run by this interpreter)."""
     if ranks == 1:
         return [sys.executable]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={ranks}"]  # fmt: skip
+    options = readme_torchrun()[1 : readme_torchrun().index("-m")]
+    options = [o.replace("=N", f"={ranks}") for o in options]
+    return [sys.executable, "-m", "torch.distributed.run", *options]
+
+
+def test_the_readme_torchrun_command_is_the_one_run_here() -> None:
+    assert readme_torchrun()[-3:] == ["-m", PACKAGE, "train"]
+    assert runner(2)[3:] == ["--standalone", "--nproc_per_node=2"]
 
 
 def launch(project: Path, args: list[str], command: str = "train", ranks: int = 1):

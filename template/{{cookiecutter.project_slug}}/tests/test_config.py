@@ -1,7 +1,12 @@
 import pytest
 
 from {{ cookiecutter.package_name }}.cli import main
-from {{ cookiecutter.package_name }}.config import DEFAULT_PRESET, Config, parse_args
+from {{ cookiecutter.package_name }}.config import (
+    DEFAULT_PRESET,
+    Config,
+    command_settings,
+    parse_args,
+)
 from {{ cookiecutter.package_name }}.errors import ConfigError
 
 
@@ -66,10 +71,32 @@ def test_an_argument_without_a_value_is_refused():
         parse_args(["--bias"])
 
 
-def test_help_lists_every_setting(capsys):
-    assert main(["train", "--help"]) == 0
-    out = capsys.readouterr().out
+def help_of(command, capsys) -> list[str]:
+    assert main([command, "--help"]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command", ["prepare", "train", "sample", "bench"])
+def test_help_lists_the_commands_settings_in_two_aligned_columns(command, capsys):
+    header, *lines = help_of(command, capsys)
+    assert header.startswith(f"settings for `{command}`")
+    settings = [line.split()[0] for line in lines if line.startswith("  --")]
+    assert [s.split("=")[0][2:] for s in settings] == list(command_settings(command))
+    # Every help text, and every wrapped line of one, starts in one column.
+    starts = {len(line) - len(line[2:].split(maxsplit=1)[1]) for line in lines
+              if line.startswith("  --")}  # fmt: skip
+    starts |= {len(line) - len(line.lstrip()) for line in lines
+               if not line.startswith("  --")}  # fmt: skip
+    assert len(starts) == 1, lines
+
+
+def test_train_help_leaves_out_what_only_prepare_and_sample_read(capsys):
+    out = "\n".join(help_of("train", capsys))
     assert "--max_iters=" in out and "--init_from=" in out
+    for other in ("--input_file=", "--val_fraction=", "--start=", "--num_samples="):
+        assert other not in out
+    sample = "\n".join(help_of("sample", capsys))
+    assert "--num_samples=" in sample and "--max_iters=" not in sample
 
 
 def test_an_unknown_command_gets_a_suggestion(capsys):

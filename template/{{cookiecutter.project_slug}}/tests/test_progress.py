@@ -23,6 +23,16 @@ def test_the_training_bar_shows_the_time_left():
     assert "10/1000000000 loss 3.5000 10.0 ms/iter, ETA " in second
 
 
+def test_a_slow_step_reads_in_seconds():
+    lines = io.StringIO()
+    progress = Progress(total=100, stream=lines)
+    progress.update(1, loss=4.0, ms=17349.4, mfu=None)
+    progress.update(2, loss=3.9, ms=999.9, mfu=None)
+    first, second = lines.getvalue().splitlines()
+    assert first.startswith("iter 1: loss 4.0000, 17.3 s/iter")
+    assert second.startswith("iter 2: loss 3.9000, 999.9 ms/iter")
+
+
 def test_durations_read_as_a_person_would_say_them():
     seconds = (0.4, 45, 192, 7500)
     assert [duration(s) for s in seconds] == ["0s", "45s", "3m12s", "2h05m"]

@@ -1,13 +1,19 @@
 """What `train` may do to out_dir, tried as a user would: on the command line."""
 
 import csv
+import io
+import os
 import re
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from {{ cookiecutter.package_name }} import checkpoint
 from {{ cookiecutter.package_name }}.cli import main
+from {{ cookiecutter.package_name }}.config import parse_args
+from {{ cookiecutter.package_name }}.train import train
 
 SMALL = {
     "n_layer": 2,
@@ -131,6 +137,60 @@ def test_the_log_and_loss_csv_give_the_same_iteration_numbers(cli, data_dir, tmp
     with open(out_dir / "loss.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row["train_loss"]]
     assert logged == [int(row["iter"]) for row in rows] == [0, 3, 6]
+
+
+def test_loss_csv_lists_each_iteration_once_in_order(cli, data_dir, tmp_path):
+    out_dir = tmp_path / "out"
+    code, out, err = cli("train", *flags(data_dir, out_dir, max_iters=7,
+                                         log_interval=3, eval_interval=3))  # fmt: skip
+    assert code == 0, err
+    with open(out_dir / "loss.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    # Logged at 0, 3, 6; evaluated at 0, 3, 6 and at the end, 7.
+    assert [int(row["iter"]) for row in rows] == [0, 3, 6, 7]
+    logged = dict(re.findall(r"^iter (\d+): loss ([\d.]+)", out, re.M))
+    evaluated = dict(re.findall(r"^step (\d+): train loss [\d.]+, val loss ([\d.]+)",
+                                out, re.M))  # fmt: skip
+    for row in rows:
+        it = row["iter"]
+        assert (f"{float(row['train_loss']):.4f}" if row["train_loss"] else None) == (
+            logged.get(it)
+        )
+        assert f"{float(row['eval_val_loss']):.4f}" == evaluated[it]
+
+
+class CtrlCAfter(io.StringIO):
+    """A training log that presses Ctrl-C once iteration `at` is logged."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def write(self, text: str) -> int:
+        if text.startswith(f"iter {self.at}:"):
+            os.kill(os.getpid(), signal.SIGINT)  # the run saves after this step
+        return super().write(text)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_resuming_a_checkpoint_saved_between_evaluations_names_its_evaluation(
+    cli, data_dir, tmp_path
+):
+    out_dir = tmp_path / "out"
+    log = CtrlCAfter(2)
+    stopped = train(parse_args(flags(data_dir, out_dir, max_iters=8)), stream=log)
+    assert stopped.stopped_by == "SIGINT" and 2 < stopped.iter_num < 8
+    step_0 = re.search(r"^step 0: train loss [\d.]+, val loss ([\d.]+)$",
+                       log.getvalue(), re.M)[1]  # fmt: skip
+    code, out, err = cli("train", "--init_from=resume", f"--out_dir={out_dir}")
+    assert code == 0, err
+    it = stopped.iter_num
+    # The checkpoint's last evaluation is step 0's, and says so.
+    assert (
+        f"resumed from {out_dir / 'ckpt.pt'} at iteration {it} (iteration {it} of"
+        f" max_iters=8, preset 'tiny', dataset 'shakespeare_char', val loss {step_0}"
+        " at iteration 0)\n"
+    ) in out
 
 
 def test_a_nan_learning_rate_is_blamed_on_learning_rate(cli):

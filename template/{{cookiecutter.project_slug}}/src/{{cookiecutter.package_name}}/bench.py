@@ -18,6 +18,7 @@ from .device import (
     peak_memory,
     synchronize,
 )
+from .progress import per_iter
 from .tokenizers import GPT2_VOCAB_SIZE
 from .train import create, train_step
 
@@ -77,7 +78,7 @@ def bench(cfg: Config, stream: TextIO | None = None) -> BenchResult:
     print(
         f"preset {cfg.preset}, {t.model.num_params() / 1e6:.2f}M parameters on"
         f" {runtime.describe()}\n"
-        f"  median {result.ms_per_iter:.1f} ms/iter over {cfg.bench_iters} steps"
+        f"  median {per_iter(result.ms_per_iter)} over {cfg.bench_iters} steps"
         f" (after {warmup} warmup), {result.tokens_per_s:,.0f} tokens/s\n"
         f"  MFU {mfu}; peak memory {memory}; loss {result.final_loss:.4f}",
         file=stream,

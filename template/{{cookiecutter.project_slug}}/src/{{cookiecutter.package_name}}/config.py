@@ -10,6 +10,8 @@ import dataclasses
 import difflib
 import math
 import re
+import shutil
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,6 +225,47 @@ RUN_SETTINGS = (
 # Where and how this machine computes: never taken from a checkpoint, whose run
 # may have been on another machine.
 MACHINE_SETTINGS = ("device", "dtype", "compile", "compile_mode")
+# What `prepare` reads.
+PREPARE_SETTINGS = (
+    "preset",
+    "data_dir",
+    "dataset",
+    "input_file",
+    "tokenizer",
+    "bpe_dir",
+    "val_fraction",
+    "overwrite",
+)
+# What `bench` reads: the model, a step's batch and optimizer, the machine.
+BENCH_SETTINGS = (
+    "preset",
+    "tokenizer",
+    *SHAPE_SETTINGS,
+    "dropout",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "seed",
+    *MACHINE_SETTINGS,
+    "bench_iters",
+)
+# Read by prepare, sample or bench alone: the rest is what `train` reads.
+NOT_TRAIN_SETTINGS = (
+    "input_file",
+    "tokenizer",
+    "bpe_dir",
+    "val_fraction",
+    "start",
+    "num_samples",
+    "max_new_tokens",
+    "temperature",
+    "top_k",
+    "bench_iters",
+)
 # What `sample` reads; other settings given to it must match the checkpoint's.
 SAMPLE_SETTINGS = (
     "out_dir",
@@ -392,13 +435,35 @@ def allowed_changes(cfg: Config) -> list[str]:
     return [name.strip() for name in cfg.allow_changes.split(",") if name.strip()]
 
 
-def help_text(command: str) -> str:
-    """The settings, their defaults under the default preset, and their help."""
+def command_settings(command: str) -> tuple[str, ...]:
+    """The settings `command` reads, in the dataclass's order."""
+    if command == "train":
+        return tuple(name for name in FIELDS if name not in NOT_TRAIN_SETTINGS)
+    only = {
+        "prepare": PREPARE_SETTINGS,
+        "sample": SAMPLE_SETTINGS,
+        "bench": BENCH_SETTINGS,
+    }[command]
+    return tuple(name for name in FIELDS if name in only)
+
+
+def help_text(command: str, width: int | None = None) -> str:
+    """`command`'s settings, their defaults under the default preset, their help.
+
+    One column for the settings and one for the help, wrapped to `width`
+    (default: the terminal's).
+    """
     defaults = Config.for_preset(DEFAULT_PRESET)
+    names = command_settings(command)
+    settings = [f"--{name}={getattr(defaults, name)!r}" for name in names]
+    column = max(map(len, settings)) + 4
+    width = width or shutil.get_terminal_size((100, 24)).columns
     lines = [
         f"settings for `{command}` (--key=value; preset {DEFAULT_PRESET!r} shown):",
     ]
-    for name, f in FIELDS.items():
-        value = getattr(defaults, name)
-        lines.append(f"  --{name}={value!r:<14} {f.metadata['help']}")
+    for setting, name in zip(settings, names, strict=True):
+        text = FIELDS[name].metadata["help"]
+        wrapped = textwrap.wrap(text, max(30, width - column), break_on_hyphens=False)
+        lines.append(f"  {setting:<{column - 2}}{wrapped[0]}")
+        lines.extend(" " * column + more for more in wrapped[1:])
     return "\n".join(lines)

@@ -28,6 +28,13 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def per_iter(ms: float) -> str:
+    """`12.3 ms/iter`, or `17.3 s/iter` from a second on: digits a person reads."""
+    if round(ms, 1) < 1000:
+        return f"{ms:.1f} ms/iter"
+    return f"{ms / 1000:.{2 if ms < 9995 else 1}f} s/iter"
+
+
 def bar(done: int, total: int) -> str:
     filled = min(WIDTH, int(WIDTH * done / max(1, total)))
     return f"[{'#' * filled}{'.' * (WIDTH - filled)}] {done}/{total}"

@@ -50,7 +50,9 @@ NOT_INHERITED = (
 
 
 def describe(state: dict[str, Any]) -> str:
-    """'iteration 100 of max_iters=100, preset 'tiny', dataset ..., val loss 1.98'."""
+    """'iteration 63 of max_iters=100, preset 'tiny', dataset ..., val loss 4.25 at
+    iteration 0': the checkpoint's last evaluation, with its iteration when it is
+    older than the checkpoint (one saved on Ctrl-C between evaluations)."""
     cfg = state.get("config") or {}
     parts = [f"iteration {state['iter_num']}"]
     if "max_iters" in cfg:
@@ -58,9 +60,10 @@ def describe(state: dict[str, Any]) -> str:
     for name in ("preset", "dataset"):
         if name in cfg:
             parts.append(f"{name} {cfg[name]!r}")
-    best = state.get("best_val_loss")
-    if isinstance(best, float) and best < float("inf"):
-        parts.append(f"val loss {best:.4f}")
+    if state.get("evals"):
+        at, _, val = state["evals"][-1]
+        when = "" if int(at) == int(state["iter_num"]) else f" at iteration {at}"
+        parts.append(f"val loss {float(val):.4f}{when}")
     return ", ".join(parts)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import inspect
 import io
 import math
@@ -49,7 +50,7 @@ from .distributed import Dist
 from .errors import CheckpointError, ConfigError, DeviceError
 from .files import ensure_writable, write_atomic
 from .model import GPT, GPTConfig
-from .progress import Bar, Task, bar, duration
+from .progress import Bar, Task, bar, duration, per_iter
 
 # GPT-2's 50257 tokens padded to a multiple of 64: faster matmuls (nanoGPT).
 GPT2_PADDED_VOCAB = 50304
@@ -416,10 +417,10 @@ class Progress(Bar):
 
     def update(self, it: int, loss: float, ms: float, mfu: float | None) -> None:
         extra = f", mfu {mfu:.1%}" if mfu is not None else ""
-        text = f"loss {loss:.4f} {ms:.1f} ms/iter{extra}"
+        text = f"loss {loss:.4f} {per_iter(ms)}{extra}"
         if not self.tty:
             self.print(
-                f"iter {it}: loss {loss:.4f}, {ms:.1f} ms/iter{extra}{self.eta(it)}"
+                f"iter {it}: loss {loss:.4f}, {per_iter(ms)}{extra}{self.eta(it)}"
             )
             return
         self.last = text
@@ -545,6 +546,10 @@ def train(
         )
         with cuda_fast_matmul(t.runtime.device):
             result = _loop(t, progress, stop)
+        # DDP's reducer holds the process group: it goes first, as PyTorch's
+        # shutdown notes ask (a gloo rank outliving it aborted at exit, rarely)
+        del t
+        gc.collect()
     return result
 
 
@@ -675,13 +680,25 @@ def _report(t: Trainer, progress: Progress, start: int) -> None:
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["iter", "train_loss", "eval_train_loss", "eval_val_loss"])
-    writer.writerows((it, loss, "", "") for it, loss in t.losses)
-    writer.writerows((it, "", tr, val) for it, tr, val in t.evals)
+    writer.writerows(loss_rows(t.losses, t.evals))
     write_atomic(csv_path, text.getvalue().encode())
     if t.cfg.plot:
         progress.print(plot_losses(t, out_dir / "loss.png", csv_path))
     if checkpoint.path_in(out_dir).is_file():
         progress.print(f"checkpoint: {checkpoint.path_in(out_dir)}")
+
+
+def loss_rows(
+    losses: list[tuple[int, float]], evals: list[tuple[int, float, float]]
+) -> list[list[int | float | str]]:
+    """loss.csv's rows in iteration order: one per iteration, with its logged
+    training loss and its evaluation where it has them (blank where not)."""
+    rows: dict[int, list[int | float | str]] = {}
+    for it, loss in losses:
+        rows.setdefault(it, [it, "", "", ""])[1] = loss
+    for it, train_loss, val_loss in evals:
+        rows.setdefault(it, [it, "", "", ""])[2:] = [train_loss, val_loss]
+    return [rows[it] for it in sorted(rows)]
 
 
 def plot_losses(t: Trainer, png: Path, csv_path: Path) -> str:
