@@ -284,6 +284,56 @@ def test_an_older_macos_refuses_bfloat16_as_pytorch_does(
     )
 
 
+def test_threads_and_dataloader_workers_see_the_emulated_device(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        import pytest
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        class Worker(threading.Thread):
+            def run(self):
+                self.made = torch.arange(3.0, device="mps")
+
+        def test_a_thread_makes_device_tensors(device):
+            worker = Worker()
+            worker.start()
+            worker.join()
+            assert worker.made.is_mps and worker.made.sum().item() == 3.0
+            assert "run" not in vars(worker)  # the instance is left as it was
+
+        def test_a_pool_thread_fails_as_on_a_mac(device):
+            x = torch.ones(3, device=device)
+            with ThreadPoolExecutor(2) as pool:
+                made = list(pool.map(lambda n: torch.ones(n, device="mps"), [1, 2]))
+                mixed = pool.submit(lambda: x + torch.arange(3.0))
+            assert all(t.is_mps for t in made)
+            with pytest.raises(RuntimeError, match="two devices, mps:0 and cpu"):
+                mixed.result()
+
+        @pytest.mark.parametrize("pin", [False, True])
+        def test_dataloader_workers_feed_the_device(device, pin):
+            torch.manual_seed(0)
+            data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+            loader = DataLoader(data, batch_size=4, num_workers=2, pin_memory=pin)
+            model = torch.nn.Linear(4, 1)
+            twin = torch.nn.Linear(4, 1).to(device)
+            twin.load_state_dict(model.state_dict())
+            for x, y in loader:
+                want = torch.nn.functional.mse_loss(model(x), y)
+                got = torch.nn.functional.mse_loss(twin(x.to(device)), y.to(device))
+                assert got.is_mps and torch.equal(got.cpu(), want)
+        """
+    )
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+
+
 ZOO_ON_THE_DEVICE = """
 import copy
 

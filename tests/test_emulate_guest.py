@@ -7,6 +7,7 @@ import gc
 import os
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ def _torch_state() -> dict[str, object]:
     from pytest_mps.watch import device_mix
 
     return {
+        "thread_start": threading.Thread.start,
         "has_mps": torch._C._has_mps,
         "functions": {
             name: getattr(torch._C, name) for name in dir(torch._C) if "_mps_" in name

@@ -15,8 +15,9 @@ the dispatcher cannot on a Linux build:
   shallow copy of a storage the emulated tensor does not have.
 
 Calls made from inside another torch call's Python code (the mode is off
-there, as for every ``TorchFunctionMode``) and calls in other threads are not
-seen: a factory there given ``device="mps"`` fails as on a Linux build.
+there, as for every ``TorchFunctionMode``) are not seen: a factory there given
+``device="mps"`` fails as on a Linux build. Threads started while the
+emulation is installed enter the mode too (:mod:`.install`).
 """
 
 from __future__ import annotations

@@ -9,13 +9,17 @@ layer (``torch.mps.manual_seed``, ``torch.mps.Event``,
 top. It also swaps in ``torch.Generator`` (``torch.Generator("mps")`` makes
 an :class:`~.tensor.EmulatedGenerator`), answers ``torch.accelerator``'s
 questions with mps, registers the ``torch.save`` tag (:mod:`.serialization`)
-and enters the session's :class:`~.calls.EmulationMode`. :meth:`Emulation.undo`
+and enters the session's :class:`~.calls.EmulationMode`, in the calling thread
+and in every thread started while it is installed (torch function modes are
+thread-local: without this, ``torch.ones(3, device="mps")`` in a worker thread
+would reach the dispatcher as on a Linux build). :meth:`Emulation.undo`
 restores every attribute it replaced.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -257,6 +261,35 @@ def accelerator_functions() -> dict[str, Callable[..., Any]]:
     }
 
 
+def thread_start(
+    start: Callable[[threading.Thread], None], emulation: Emulation
+) -> Callable[[threading.Thread], None]:
+    """``Thread.start`` that runs the thread inside the session's mode.
+
+    The thread's own ``run`` (a subclass's too) is wrapped on the instance, so
+    ``threading.Thread``, ``concurrent.futures`` pools and DataLoader's
+    pin-memory thread all see the emulated device; a thread started after
+    :meth:`Emulation.undo` is left alone.
+    """
+
+    def start_emulated(thread: threading.Thread) -> None:
+        mode = emulation.mode
+        if mode is not None:
+            run = thread.run
+
+            def run_emulated() -> None:
+                try:
+                    with mode:
+                        run()
+                finally:
+                    del thread.run
+
+            thread.run = run_emulated  # type: ignore[method-assign]
+        start(thread)
+
+    return start_emulated
+
+
 class Emulation:
     """One emulated session: the policy, the patches and the mode."""
 
@@ -299,6 +332,7 @@ class Emulation:
 
         device_mix.on_host[0] = policy.on_host
         self.mode = calls.EmulationMode(self.policy)
+        self._set(threading.Thread, "start", thread_start(threading.Thread.start, self))
         self.mode.__enter__()  # type: ignore[no-untyped-call]
 
     def undo(self) -> None:
