@@ -67,6 +67,7 @@ INI_NAMES = (
     "mps_benchmark_histogram",
     "mps_emulate",
     "mps_emulate_macos",
+    "mps_emulate_memory",
 )
 
 GROUP = "mps"

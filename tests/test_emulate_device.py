@@ -334,6 +334,88 @@ def test_threads_and_dataloader_workers_see_the_emulated_device(
     result.assert_outcomes(passed=4)
 
 
+MEMORY_TESTS = """
+import gc
+
+import pytest
+import torch
+
+GIB = 2**30
+OUT_OF_MEMORY = (
+    "MPS backend out of memory (MPS allocated: 6.00 GiB, other allocations: "
+    "0 bytes, max allowed: 10.20 GiB). Tried to allocate 5.00 GiB on private "
+    "pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for "
+    "memory allocations (may cause system failure)."
+)
+
+
+def empty(gib, device):
+    # torch.empty reserves pages it never touches: no real memory is used
+    return torch.empty(gib * GIB, dtype=torch.uint8, device=device)
+
+
+def test_an_8gb_mac_refuses_past_its_limit(device):
+    # 75% of 8 GiB is the working set; 1.7 times that is allowed
+    assert torch.mps.recommended_max_memory() == 6 * GIB
+    first = empty(6, device)
+    view = first[:GIB]  # a view holds no memory of its own
+    host = torch.empty(6 * GIB, dtype=torch.uint8)  # nor does the host
+    with pytest.raises(RuntimeError) as refused:
+        empty(5, device)
+    assert str(refused.value) == OUT_OF_MEMORY
+    del first, view, host
+    gc.collect()
+    second = empty(5, device)  # the memory came back with the tensors
+    assert torch.mps.current_allocated_memory() == 5 * GIB
+
+
+def test_a_memory_fraction_lowers_the_limit(device):
+    torch.mps.set_per_process_memory_fraction(0.5)
+    try:
+        with pytest.raises(RuntimeError, match=r"max allowed: 3.00 GiB\\)"):
+            empty(4, device)
+    finally:
+        torch.mps.set_per_process_memory_fraction(1.7)
+
+
+def test_eleven_gib_fit(device):
+    held = [empty(6, device), empty(5, device)]
+    assert sum(t.numel() for t in held) == 11 * GIB
+"""
+
+
+def test_a_macs_memory_size_sets_pytorchs_out_of_memory_limit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_memory=MEMORY_TESTS)
+    small = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-emulate-memory=8GB", "-k", "not eleven"
+    )
+    small.assert_outcomes(passed=2)
+    large = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-emulate-memory=64GB", "-k", "eleven"
+    )
+    large.assert_outcomes(passed=1)
+    too_small = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-emulate-memory=8GB", "-k", "eleven"
+    )
+    too_small.assert_outcomes(failed=1)
+    too_small.stdout.fnmatch_lines(
+        ["E *RuntimeError: MPS backend out of memory (MPS allocated: 6.00 GiB, *"]
+    )
+    monkeypatch.setenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "0.0")
+    unlimited = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-emulate-memory=8GB", "-k", "eleven"
+    )
+    unlimited.assert_outcomes(passed=1)
+    unlimited.stdout.fnmatch_lines(
+        [
+            "pytest-mps emulate: memory 8.00 GiB: recommended working set 6.00 GiB, "
+            "no limit (PYTORCH_MPS_HIGH_WATERMARK_RATIO=0)"
+        ]
+    )
+
+
 ZOO_ON_THE_DEVICE = """
 import copy
 

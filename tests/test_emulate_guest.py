@@ -101,6 +101,7 @@ def test_the_ini_setting_turns_it_on_and_the_header_says_so(
         [pytest]
         mps_emulate = true
         mps_emulate_macos = 14.4
+        mps_emulate_memory = 16GB
         """
     )
     pytester.makepyfile(
@@ -118,6 +119,8 @@ def test_the_ini_setting_turns_it_on_and_the_header_says_so(
             "pytest-mps emulate: MPS emulated on the CPU (macOS 14.4, op table of "
             f"torch {torch.__version__}); PYTORCH_ENABLE_MPS_FALLBACK unset: ops "
             "without an MPS kernel raise",
+            "pytest-mps emulate: memory 16.00 GiB: recommended working set "
+            "12.00 GiB, max allowed 20.40 GiB (1.7 x)",
         ]
     )
 
@@ -127,6 +130,25 @@ def test_a_bad_macos_version_names_the_flag(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--mps-emulate-macos: 'ventura' is not a macOS version (like 14.4 or 15)*"]
+    )
+
+
+def test_a_bad_memory_size_or_watermark_ratio_is_named_in_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = pytester.runpytest("--mps-emulate", "--mps-emulate-memory=8XB")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--mps-emulate-memory: '8XB' is not a memory size; give one like 8GB*"]
+    )
+    monkeypatch.setenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "2.5")
+    result = pytester.runpytest("--mps-emulate", "--mps-emulate-memory=8GB")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --mps-emulate-memory: invalid high watermark ratio 2.5 "
+            "(PYTORCH_MPS_HIGH_WATERMARK_RATIO in the environment)"
+        ]
     )
 
 

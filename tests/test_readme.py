@@ -126,7 +126,7 @@ def test_the_emulation_reference_commands_run_as_written(
     assert reference, "README.md has no Emulated MPS section"
     (block,) = re.findall(r"```bash\n(.*?)```", reference.group(1), re.S)
     commands = [line.split("#")[0].split() for line in block.splitlines()]
-    assert [c[0] for c in commands] == ["pytest", "pytest"]
+    assert [c[0] for c in commands] == ["pytest", "pytest", "pytest"]
     (example,) = re.findall(
         r"```python\n(.*?)```", section("Catch Mac bugs on Linux"), re.S
     )

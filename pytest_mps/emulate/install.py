@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from pytest_mps.audit import ops as mps_ops
-from pytest_mps.emulate import calls, policy, serialization, tensor
+from pytest_mps.emulate import calls, memory, policy, serialization, tensor
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -36,8 +36,11 @@ NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
 class Runtime:
     """The emulated ``torch._C._mps_*`` functions: device, memory, events."""
 
-    def __init__(self, macos: tuple[int, int]) -> None:
+    def __init__(
+        self, macos: tuple[int, int], budget: memory.Budget | None = None
+    ) -> None:
         self.macos = macos
+        self.budget = budget
         self.events: dict[int, float | None] = {}
         self.next_event = 1
         self.fraction = 1.0
@@ -54,7 +57,7 @@ class Runtime:
             "_mps_setMemoryFraction": self.set_memory_fraction,
             "_mps_currentAllocatedMemory": allocated_bytes,
             "_mps_driverAllocatedMemory": allocated_bytes,
-            "_mps_recommendedMaxMemory": host_memory,
+            "_mps_recommendedMaxMemory": self.recommended_max_memory,
             "_mps_acquireEvent": self.acquire_event,
             "_mps_releaseEvent": self.release_event,
             "_mps_recordEvent": self.record_event,
@@ -71,8 +74,16 @@ class Runtime:
         return (major, minor) <= self.macos
 
     def set_memory_fraction(self, fraction: float) -> None:
-        """Kept, not enforced: the emulation has no memory limit."""
+        """The limit's ratio, as PyTorch's allocator takes it (with a memory size)."""
+        if self.budget is not None:
+            self.budget.set_fraction(float(fraction))
         self.fraction = float(fraction)
+
+    def recommended_max_memory(self) -> int:
+        """The emulated Mac's working set, or the host's memory without a size."""
+        if self.budget is not None:
+            return self.budget.recommended
+        return host_memory()
 
     def acquire_event(self, enable_timing: bool) -> int:
         """A new event id; its time is the host clock when it is recorded."""
@@ -293,9 +304,15 @@ def thread_start(
 class Emulation:
     """One emulated session: the policy, the patches and the mode."""
 
-    def __init__(self, macos: tuple[int, int], fallback: bool) -> None:
+    def __init__(
+        self,
+        macos: tuple[int, int],
+        fallback: bool,
+        budget: memory.Budget | None = None,
+    ) -> None:
         self.policy = policy.Policy(mps_ops.load_table(), fallback, macos)
-        self.runtime = Runtime(macos)
+        self.budget = budget
+        self.runtime = Runtime(macos, budget)
         self.saved: list[tuple[Any, str, Any]] = []
         self.mode: calls.EmulationMode | None = None
         self.serialization: serialization.Patches | None = None
@@ -311,6 +328,7 @@ class Emulation:
         import torch.backends.mps
 
         tensor.current[0] = self.policy
+        memory.current[0] = self.budget
         tensor.default_generator.manual_seed(torch.initial_seed())
         self._set(torch._C, "_has_mps", True)
         for name, function in self.runtime.functions().items():
@@ -366,6 +384,7 @@ class Emulation:
             )
         _clear_caches(torch.backends.mps)
         tensor.current[0] = None
+        memory.current[0] = None
 
 
 _MISSING = object()

@@ -38,6 +38,12 @@ MACOS_HELP = (
     "the macOS version the emulated Mac runs, like 13.5 (default: the newest): "
     "bfloat16 needs 14.0 (with --mps-emulate)"
 )
+MEMORY_HELP = (
+    "the emulated Mac's memory, like 8GB or 64GB (default: no limit): live "
+    "device tensors past PyTorch's MPS allocator limit (PYTORCH_MPS_HIGH_"
+    "WATERMARK_RATIO, default 1.7, times 75%% of it) raise its out-of-memory "
+    "error (with --mps-emulate)"
+)
 
 _emulation_key: pytest.StashKey[Emulation] = pytest.StashKey()
 
@@ -46,6 +52,12 @@ def _parse_macos(value: str, where: str) -> tuple[int, int]:
     from pytest_mps.audit.settings import parse_macos
 
     return parse_macos(value, where)
+
+
+def _parse_memory(value: str, where: str) -> int:
+    from pytest_mps.emulate.memory import parse_memory
+
+    return parse_memory(value, where)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,8 +77,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=MACOS_HELP,
     )
+    group.addoption(
+        "--mps-emulate-memory",
+        dest="mps_emulate_memory",
+        type=argparse_type(_parse_memory, "--mps-emulate-memory"),
+        metavar="SIZE",
+        default=None,
+        help=MEMORY_HELP,
+    )
     parser.addini("mps_emulate", EMULATE_HELP, type="bool", default=False)
     parser.addini("mps_emulate_macos", MACOS_HELP, default=None)
+    parser.addini("mps_emulate_memory", MEMORY_HELP.replace("%%", "%"), default=None)
 
 
 def wanted(config: pytest.Config) -> bool:
@@ -98,6 +119,41 @@ def _macos(config: pytest.Config) -> tuple[int, int]:
         raise pytest.UsageError(str(exc)) from None
 
 
+def _memory(config: pytest.Config) -> int | None:
+    from pytest_mps.emulate.memory import parse_memory
+
+    value = config.getoption("mps_emulate_memory", None)
+    if value is None:
+        value = getattr(config.known_args_namespace, "mps_emulate_memory", None)
+    if value is not None:
+        return int(value)
+    ini = config.getini("mps_emulate_memory")
+    if not ini:
+        return None
+    where = f"ini option mps_emulate_memory in {config.inipath}"
+    try:
+        return parse_memory(str(ini), where)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _budget(config: pytest.Config) -> Any:
+    from pytest_mps.emulate import memory
+
+    size = _memory(config)
+    if size is None:
+        return None
+    try:
+        ratio = memory.watermark_ratio(os.environ)
+    except (ValueError, RuntimeError) as exc:
+        raise pytest.UsageError(
+            f"--mps-emulate-memory: {exc} ({memory.VARIABLE} in the environment)"
+            if isinstance(exc, RuntimeError)
+            else f"--mps-emulate-memory: {exc}"
+        ) from None
+    return memory.Budget(size, ratio)
+
+
 def _install(config: pytest.Config) -> None:
     if _emulation_key in config.stash or not wanted(config):
         return
@@ -108,7 +164,9 @@ def _install(config: pytest.Config) -> None:
     from pytest_mps.emulate import policy
     from pytest_mps.emulate.install import Emulation
 
-    emulation = Emulation(_macos(config), policy.fallback_enabled(os.environ))
+    emulation = Emulation(
+        _macos(config), policy.fallback_enabled(os.environ), _budget(config)
+    )
     emulation.install()
     config.stash[_emulation_key] = emulation
 
@@ -126,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _install(config)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
     emulation = config.stash.get(_emulation_key, None)
     if emulation is None:
         return None
@@ -137,10 +195,13 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         if emulation.policy.fallback
         else "PYTORCH_ENABLE_MPS_FALLBACK unset: ops without an MPS kernel raise"
     )
-    return (
+    lines = [
         f"pytest-mps emulate: MPS emulated on the CPU (macOS {target}, op table "
         f"of torch {emulation.policy.table.torch_version}); {fallback}"
-    )
+    ]
+    if emulation.budget is not None:
+        lines.append(f"pytest-mps emulate: {emulation.budget.describe()}")
+    return lines
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

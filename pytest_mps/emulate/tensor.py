@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import policy
+from pytest_mps.emulate import memory, policy
 from pytest_mps.emulate.policy import CPU, MPS
 
 #: The running emulation's policy (set by :mod:`.install`), or None.
@@ -67,6 +67,10 @@ class EmulatedTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, inner: torch.Tensor, requires_grad: bool = False) -> Any:
         """Wrap ``inner`` (a plain CPU tensor) without copying it."""
+        __tracebackhide__ = True
+        budget = memory.current[0]
+        if budget is not None:
+            budget.track(inner)  # MPS's out-of-memory error past the limit
         wrapper = torch.Tensor._make_wrapper_subclass(
             cls,
             inner.size(),
