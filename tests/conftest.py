@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch  # noqa: F401
+import torch
 
 # Imported lazily by torch on the first __torch_dispatch__ of a tensor subclass
 # (the emulated device's): loaded here for the reason above.
@@ -35,6 +35,36 @@ import torch._subclasses.schema_check_mode  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def yaml_gives_mps_kernel(overload: str) -> bool:
+    """True when the installed torch's native_functions.yaml lists an MPS kernel.
+
+    Read as text, without the audit's classifier, so tests that depend on a fact
+    of one torch release can say which releases it holds for.
+    """
+    from pytest_mps.audit import ops as mps_ops
+
+    text = mps_ops.yaml_paths()[0].read_text(encoding="utf-8")
+    head = f"- func: {overload}("
+    start = text.index(head)
+    end = text.find("\n- func:", start + len(head))
+    entry = text[start : end if end != -1 else len(text)]
+    return any(
+        "MPS" in line.partition(":")[0].replace(" ", "").split(",")
+        for line in entry.splitlines()
+        if line.startswith("    ")
+    )
+
+
+#: torch 2.14's yaml gives _linalg_svd.U an MPS kernel (native MPS SVD, pytorch
+#: PR #185954); before it, MPSFallback.mm ran linalg_svd on the CPU and svdvals,
+#: cond or a nuclear norm fell back. Tests about those rules skip after it.
+needs_svd_fallback = pytest.mark.skipif(
+    yaml_gives_mps_kernel("_linalg_svd.U"),
+    reason=f"torch {torch.__version__} runs _linalg_svd on MPS (native MPS SVD, "
+    "pytorch PR #185954): the svd fallback rules this test is about held before",
+)
 TEMPLATE = REPO / "template"
 Distribution = tuple[str, str, str]
 # The default pytest_mps_source, `auto`, is read from the checkout the template

@@ -17,6 +17,7 @@ import torch._dynamo  # noqa: F401
 # Likewise torchgen and yaml, which an in-process run parsing the op table
 # imports: imported again, yaml's loaders no longer match its constructors.
 import torchgen.gen  # noqa: F401
+from conftest import needs_svd_fallback
 
 # A small nanoGPT-shaped model: embeddings, causal self-attention through
 # scaled_dot_product_attention, GELU MLP, LayerNorm, tied head, cross-entropy.
@@ -106,6 +107,7 @@ def user_suite(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@needs_svd_fallback
 def test_audit_predicts_svd_fallback_and_float64_and_a_clean_gpt_step(
     user_suite: pytest.Pytester,
 ) -> None:
@@ -225,18 +227,18 @@ def test_allow_fallback_marker_lets_a_known_fallback_pass_at_error_level(
         import pytest
         import torch
 
-        @pytest.mark.mps_allow_fallback("aten::_linalg_svd")
+        @pytest.mark.mps_allow_fallback("aten::special_ndtri")
         def test_allowed():
-            torch.linalg.svd(torch.randn(3, 3))
+            torch.special.ndtri(torch.rand(3))
 
-        @pytest.mark.mps_allow_fallback("_linalg_svd")
+        @pytest.mark.mps_allow_fallback("special_ndtri")
         def test_allowed_without_namespace():
-            torch.linalg.svd(torch.randn(3, 3))
+            torch.special.ndtri(torch.rand(3))
         """
     )
     result = pytester.runpytest("--mps-audit=error", "--strict-markers")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["aten::_linalg_svd *fallback (allowed) * 2 * 2  *"])
+    result.stdout.fnmatch_lines(["aten::special_ndtri *fallback (allowed) * 2 * 2  *"])
 
 
 def test_ini_option_turns_the_audit_on(pytester: pytest.Pytester) -> None:
@@ -261,13 +263,13 @@ def test_command_line_level_overrides_the_ini(pytester: pytest.Pytester) -> None
         """
         import torch
 
-        def test_svd():
-            torch.linalg.svd(torch.randn(3, 3))
+        def test_ndtri():
+            torch.special.ndtri(torch.rand(3))
         """
     )
     result = pytester.runpytest("--mps-audit=report")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["aten::_linalg_svd *forced_fallback *"])
+    result.stdout.fnmatch_lines(["aten::special_ndtri *fallback *"])
 
 
 def test_a_bad_level_is_an_error_naming_the_flag(pytester: pytest.Pytester) -> None:
@@ -304,6 +306,7 @@ def test_a_bad_ini_level_is_an_error_naming_the_ini_file(
     )
 
 
+@needs_svd_fallback
 def test_svd_under_inference_mode_is_still_predicted_to_run_on_the_cpu(
     pytester: pytest.Pytester,
 ) -> None:
@@ -334,12 +337,12 @@ def test_findings_reach_the_controller_under_xdist(
     user_suite: pytest.Pytester,
 ) -> None:
     # One worker is enough: its reports reach the controller as under -n 8.
-    result = user_suite.runpytest_subprocess("--mps-audit", "-n", "1", "-k", "svd")
+    result = user_suite.runpytest_subprocess("--mps-audit", "-n", "1", "-k", "float64")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
             "1 tests audited, 0 without findings",
-            "aten::_linalg_svd *fallback * 1 * 1  test_user.py:7",
+            "torch.float64 *unsupported dtype * 3 * 1  test_user.py:12",
         ]
     )
 
@@ -472,6 +475,7 @@ def test_linear_layer_of_floats():
 """
 
 
+@needs_svd_fallback
 def test_audit_tells_the_torch_call_an_op_came_from(pytester: pytest.Pytester) -> None:
     # On the CPU svd and svdvals both run _linalg_svd, and F.linear runs addmm;
     # on MPS only linalg_svd goes to the CPU by itself, and linear has a kernel

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,15 +18,96 @@ from pytest_mps.audit import expectations
 # -- reading common_mps.py --------------------------------------------------------
 
 
+def _entries(text: str, name: str) -> dict[str, str]:
+    """A list's entries as the text has them: key -> ``None`` or ``[...]``."""
+    start = re.search(rf"^ {{8}}{name}(: [^=]+)? = {{", text, re.M).start()
+    block = text[start : text.index("\n        }", start)]
+    return dict(re.findall(r'^ {12}"([^"]+)": (None|\[[^\]]*\])', block, re.M))
+
+
 def test_the_installed_common_mps_is_read_without_importing_it() -> None:
-    lists = expectations.read_lists(expectations.common_mps_path())
+    # the expectations come from the installed file's own text, read apart
+    path = expectations.common_mps_path()
+    lists = expectations.read_lists(path)
+    text = path.read_text(encoding="utf-8")
     unimplemented = lists.lists["UNIMPLEMENTED_XFAILLIST"]
-    assert unimplemented["put"] is None
-    assert "int64" in unimplemented["nn.functional.conv2d"]
+    written = _entries(text, "UNIMPLEMENTED_XFAILLIST")
+    assert len(written) > 20
+    for key, dtypes in written.items():
+        if dtypes == "None":
+            assert unimplemented[key] is None, key
+        else:
+            assert unimplemented[key] is not None, key
     assert lists.comment(
         "UNIMPLEMENTED_XFAILLIST", "nn.functional.adaptive_avg_pool2d"
     ) == ("MPS: input sizes must be divisible by output sizes")
-    assert "svd" in lists.complex_ok
+    assert lists.complex_list in text and lists.checks_off() == []
+    assert lists.complex_ok or lists.complex_lacking
+
+
+def _common_mps_copy(tmp_path: Path, complex_list: str | None) -> Path:
+    """The installed common_mps.py with its complex-op set renamed or removed."""
+    path = expectations.common_mps_path()
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    (node,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and isinstance(n.targets[0], ast.Name)
+        and n.targets[0].id.endswith("SUPPORTED_COMPLEX_OPS")
+    ]
+    lines = text.splitlines(keepends=True)
+    indent = " " * node.col_offset
+    replacement = (
+        [f'{indent}{complex_list} = {{"linalg.inv", "addr"}}\n'] if complex_list else []
+    )
+    lines[node.lineno - 1 : node.end_lineno] = replacement
+    copy = tmp_path / "common_mps.py"
+    copy.write_text("".join(lines), encoding="utf-8")
+    return copy
+
+
+def test_unsupported_complex_ops_of_newer_torch_flag_the_ops_it_names(
+    tmp_path: Path,
+) -> None:
+    # torch 2.15 replaced SUPPORTED_COMPLEX_OPS by UNSUPPORTED_COMPLEX_OPS
+    lists = expectations.read_lists(
+        _common_mps_copy(tmp_path, "UNSUPPORTED_COMPLEX_OPS")
+    )
+    assert lists.complex_list == "UNSUPPORTED_COMPLEX_OPS"
+    assert lists.verdict("linalg.inv", "complex64", (99, 0)) == (
+        True,
+        "UNSUPPORTED_COMPLEX_OPS",
+    )
+    assert lists.verdict("linalg.inv", "float32", (99, 0)) == (False, "not listed")
+    assert lists.verdict("fft.fft", "complex64", (99, 0)) == (False, "not listed")
+    older = expectations.read_lists(_common_mps_copy(tmp_path, "SUPPORTED_COMPLEX_OPS"))
+    assert older.verdict("fft.fft", "complex64", (99, 0)) == (
+        True,
+        "SUPPORTED_COMPLEX_OPS (not in it)",
+    )
+    assert older.verdict("addr", "complex64", (99, 0)) == (False, "not listed")
+
+
+def test_without_a_complex_list_the_header_names_the_check_that_is_off(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = _common_mps_copy(tmp_path, None)
+    assert expectations.read_lists(copy).checks_off() == [
+        f"complex64 check off: {copy} has neither SUPPORTED_COMPLEX_OPS nor "
+        "UNSUPPORTED_COMPLEX_OPS in mps_ops_modifier()"
+    ]
+    monkeypatch.setenv("PYTEST_MPS_COMMON_MPS", str(copy))
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest("--mps-audit")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"mps-audit: complex64 check off: {copy} has neither "
+            "SUPPORTED_COMPLEX_OPS nor UNSUPPORTED_COMPLEX_OPS in mps_ops_modifier()"
+        ]
+    )
 
 
 def test_an_entry_that_depends_on_the_macos_is_read_for_the_target_macos(

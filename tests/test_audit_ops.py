@@ -46,15 +46,62 @@ def test_a_structured_delegate_inherits_the_out_variants_mps_kernel(
     )
 
 
-def test_a_delegate_without_mps_makes_linalg_svd_fall_back(
-    table: mps_ops.OpTable,
+def _kernels(parsed: Any, key: str) -> set[str]:
+    """Overloads the installed yaml gives a kernel for dispatch key ``key``."""
+    from torchgen.model import DispatchKey
+
+    return {str(name) for name in parsed.backend_indices[DispatchKey[key]].index}
+
+
+def test_linalg_svd_falls_back_exactly_while_its_delegate_has_no_mps_kernel(
+    parsed: Any, table: mps_ops.OpTable
 ) -> None:
-    # `_linalg_svd` delegates to `_linalg_svd.U`, whose dispatch lists CPU, CUDA.
-    assert table.codes["_linalg_svd"] == "none:_linalg_svd.U"
+    # `_linalg_svd` delegates to `_linalg_svd.U`: CPU, CUDA up to torch 2.13;
+    # CPU, CUDA, MPS from 2.14 (native MPS SVD, pytorch PR #185954). The
+    # expectation comes from torchgen's own reading of the installed yaml.
     prediction = table.predict("aten::_linalg_svd")
-    assert prediction.outcome == mps_ops.FALLBACK
-    assert prediction.problem
-    assert prediction.rule == "structured_delegate _linalg_svd.U has no MPS kernel"
+    if "_linalg_svd.U" in _kernels(parsed, "MPS"):
+        assert table.codes["_linalg_svd"] == "structured:_linalg_svd.U"
+        assert prediction.outcome == mps_ops.MPS_KERNEL
+        assert not table.predict("aten::linalg_svd").outcome.endswith("fallback")
+        assert any("linalg_svd" in why for why in table.contradictions())
+    else:
+        assert table.codes["_linalg_svd"] == "none:_linalg_svd.U"
+        assert prediction.outcome == mps_ops.FALLBACK
+        assert prediction.problem
+        assert prediction.rule == (
+            "structured_delegate _linalg_svd.U has no MPS kernel"
+        )
+        assert table.predict("aten::linalg_svd").outcome == mps_ops.FORCED_FALLBACK
+        assert table.contradictions() == []
+
+
+def test_a_structured_delegate_without_mps_makes_its_op_fall_back(
+    parsed: Any, table: mps_ops.OpTable
+) -> None:
+    mps = _kernels(parsed, "MPS")
+    # all.dims: a composite kernel beside the delegate, which MPS gets
+    composite = set().union(*(_kernels(parsed, k) for k in mps_ops._COMPOSITE_KEYS))
+    delegating = {
+        str(f.func.name): str(f.structured_delegate)
+        for f in parsed.native_functions
+        if f.structured_delegate is not None
+    }
+    lacking = sorted(
+        (name, delegate)
+        for name, delegate in delegating.items()
+        if delegate not in mps and name not in mps and name not in composite
+    )
+    assert len(lacking) >= 10  # heaviside, adaptive_max_pool3d, ... on 2.13-2.14
+    for name, delegate in lacking:
+        assert table.codes[name] == f"none:{delegate}"
+        prediction = table.predict(f"aten::{name}")
+        if prediction.outcome == mps_ops.FALLBACK:
+            assert prediction.rule == (
+                f"structured_delegate {delegate} has no MPS kernel"
+            )
+        else:  # routed by device, or an MPS kernel registered from Python
+            assert prediction.outcome in (mps_ops.ROUTED, mps_ops.MPS_KERNEL)
 
 
 def test_a_composite_kernel_beside_a_delegate_without_mps_runs(
@@ -68,9 +115,26 @@ def test_a_composite_kernel_beside_a_delegate_without_mps_runs(
         assert table.predict(f"aten::{op}").outcome == mps_ops.COMPOSITE
 
 
-def test_an_op_with_only_cpu_and_cuda_keys_falls_back(table: mps_ops.OpTable) -> None:
-    assert table.codes["_linalg_svd.U"] == "none"
-    assert table.predict("aten::_linalg_svd.U").outcome == mps_ops.FALLBACK
+def _cpu_and_cuda_only(parsed: Any) -> list[str]:
+    """Overloads the installed yaml gives CPU and CUDA kernels and nothing else."""
+    others = set().union(
+        *(_kernels(parsed, key) for key in ("MPS", *mps_ops._COMPOSITE_KEYS))
+    )
+    fixed = {fix.op for fix in mps_ops.CORRECTIONS}
+    both = _kernels(parsed, "CPU") & _kernels(parsed, "CUDA")
+    return sorted(both - others - fixed)
+
+
+def test_an_op_with_only_cpu_and_cuda_keys_falls_back(
+    parsed: Any, table: mps_ops.OpTable
+) -> None:
+    only = _cpu_and_cuda_only(parsed)
+    assert len(only) > 20
+    for name in only:
+        assert table.codes[name] == "none", name
+    predicted = {table.predict(f"aten::{name}").outcome for name in only}
+    assert mps_ops.FALLBACK in predicted
+    assert predicted <= {mps_ops.FALLBACK, mps_ops.ROUTED, mps_ops.MPS_KERNEL}
 
 
 def test_composite_ops_of_all_three_kinds_run_on_any_backend(
@@ -106,11 +170,40 @@ def test_embedding_renorm_is_corrected_to_always_fall_back(
 
 
 def test_linalg_svd_composite_in_the_yaml_is_corrected_to_fall_back(
+    parsed: Any, table: mps_ops.OpTable
+) -> None:
+    # MPSFallback.mm's svd fallback stands in for a missing _linalg_svd.U
+    # kernel: the correction holds exactly while the installed yaml lacks it
+    assert table.codes["linalg_svd"] == "composite:CompositeImplicitAutograd"
+    expected = (
+        mps_ops.COMPOSITE
+        if "_linalg_svd.U" in _kernels(parsed, "MPS")
+        else mps_ops.FORCED_FALLBACK
+    )
+    assert table.predict("aten::linalg_svd").outcome == expected
+    assert table.predict("aten::linalg_svd.U").outcome == expected
+
+
+def test_a_correction_the_installed_yaml_contradicts_is_named_and_not_applied(
     table: mps_ops.OpTable,
 ) -> None:
-    assert table.codes["linalg_svd"] == "composite:CompositeImplicitAutograd"
-    assert table.predict("aten::linalg_svd").outcome == mps_ops.FORCED_FALLBACK
-    assert table.predict("aten::linalg_svd.U").outcome == mps_ops.FORCED_FALLBACK
+    # the yaml of torch 2.14: _linalg_svd.U has an MPS kernel
+    codes = {**table.codes, "_linalg_svd.U": "explicit"}
+    codes["_linalg_svd"] = "structured:_linalg_svd.U"
+    newer = dataclasses.replace(table, codes=codes, _predictions={})
+    assert newer.predict("aten::linalg_svd").outcome == mps_ops.COMPOSITE
+    assert newer.predict("aten::_linalg_svd").outcome == mps_ops.MPS_KERNEL
+    assert newer.contradictions() == [
+        f"{op}: the correction (MPSFallback.mm) works around _linalg_svd.U having "
+        "no MPS kernel, and this torch's native_functions.yaml gives it one: "
+        "not applied"
+        for op in ("linalg_svd", "linalg_svd.U")
+    ]
+    older = {**table.codes, "_linalg_svd.U": "none"}
+    older["_linalg_svd"] = "none:_linalg_svd.U"
+    older_table = dataclasses.replace(table, codes=older, _predictions={})
+    assert older_table.predict("aten::linalg_svd").outcome == mps_ops.FORCED_FALLBACK
+    assert older_table.contradictions() == []
 
 
 def test_corrections_apply_only_to_their_versions(table: mps_ops.OpTable) -> None:
@@ -194,16 +287,21 @@ def test_the_rules_agree_with_the_cpu_dispatcher_for_every_overload(
 
 
 def test_the_check_names_each_op_where_prediction_and_dispatcher_differ(
-    table: mps_ops.OpTable,
+    parsed: Any, table: mps_ops.OpTable
 ) -> None:
-    # The MPS prediction asked of the CPU dispatcher: _linalg_svd has a CPU
-    # kernel but no MPS one, so the comparison must report it, with the rule.
-    ops = ["aten::_linalg_svd", "aten::add.Tensor", "torchvision::nms"]
+    # The MPS prediction asked of the CPU dispatcher: an op with a CPU kernel
+    # but no MPS one (per the installed yaml) must be reported, with the rule.
+    name = next(
+        name
+        for name in _cpu_and_cuda_only(parsed)
+        if table.predict(f"aten::{name}").outcome == mps_ops.FALLBACK
+    )
+    ops = [f"aten::{name}", "aten::add.Tensor", "torchvision::nms"]
     assert mps_ops.compare_with_dispatcher(table, ops, "CPU") == [
         {
-            "op": "aten::_linalg_svd",
+            "op": f"aten::{name}",
             "predicted": "fallback",
-            "rule": "structured_delegate _linalg_svd.U has no MPS kernel",
+            "rule": "no MPS, structured or composite kernel in native_functions.yaml",
             "dispatcher": "mps",
         }
     ]
@@ -267,7 +365,8 @@ def test_an_unwritable_cache_directory_still_gives_the_table(
     blocker.write_text("")
     result = mps_ops.load_table(blocker)
     assert result.source == "parsed"
-    assert result.predict("aten::_linalg_svd").outcome == mps_ops.FALLBACK
+    monkeypatch.setattr(mps_ops, "_memory", {})
+    assert result.codes == mps_ops.load_table(tmp_path / "cache").codes
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS uses ~/Library/Caches")

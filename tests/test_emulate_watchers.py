@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import needs_svd_fallback
 
 pytest_plugins = ["pytester"]
 
@@ -86,6 +87,7 @@ def test_mixed_devices_are_flagged_for_the_users_scalars_only(
     )
 
 
+@needs_svd_fallback
 def test_forced_fallbacks_run_and_are_listed(pytester: pytest.Pytester) -> None:
     # MPSFallback.mm registers linalg_svd with mps_fallback: on a Mac it runs
     # on the CPU without PYTORCH_ENABLE_MPS_FALLBACK, with PyTorch's warning

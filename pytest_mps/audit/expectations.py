@@ -5,7 +5,8 @@ Two sources ship in every torch wheel:
 - ``torch/testing/_internal/common_mps.py``: the per-OpInfo lists PyTorch's
   MPS tests use (``UNIMPLEMENTED_XFAILLIST``, ``ON_MPS_XFAILLIST``,
   ``UNDEFINED_XFAILLIST``, ``SKIPLIST``, ``MACOS_BEFORE_<M>_<m>_XFAILLIST``,
-  ``SUPPORTED_COMPLEX_OPS``). Read with :mod:`ast`: the module itself imports
+  and the complex ops: ``SUPPORTED_COMPLEX_OPS`` up to torch 2.14,
+  ``UNSUPPORTED_COMPLEX_OPS`` after). Read with :mod:`ast`: the module itself imports
   test-only packages and defines its lists only on a Mac.
 - ``op_db``: each OpInfo's dtypes on the CPU and on MPS (``dtypesIfMPS``),
   its own decorators for ``test_mps.py``'s ``TestConsistency`` (an
@@ -44,6 +45,8 @@ RUNNING_LISTS = ("UNDEFINED_XFAILLIST", "EMPTY_OPS_SKIPLIST")
 SILENT_LISTS = ("SKIPLIST",)
 _MACOS_LIST = re.compile(r"MACOS_BEFORE_(\d+)_(\d+)_XFAILLIST$")
 _COMPLEX = ("complex32", "complex64")
+#: The complex-op lists, oldest shape first.
+_COMPLEX_LISTS = ("SUPPORTED_COMPLEX_OPS", "UNSUPPORTED_COMPLEX_OPS")
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}
 
 
@@ -93,6 +96,20 @@ class MpsLists:
     lists: dict[str, dict[str, Dtypes]]
     comments: dict[tuple[str, str], str]
     complex_ok: frozenset[str]
+    #: UNSUPPORTED_COMPLEX_OPS (torch 2.15 replaced SUPPORTED_COMPLEX_OPS by it)
+    complex_lacking: frozenset[str] = frozenset()
+    #: the complex list read, or "" when the file has neither (the check is off)
+    complex_list: str = ""
+
+    def checks_off(self) -> list[str]:
+        """The checks these lists cannot feed, each with why (for the header)."""
+        if self.complex_list:
+            return []
+        return [
+            "complex64 check off: "
+            f"{self.path} has neither SUPPORTED_COMPLEX_OPS nor "
+            "UNSUPPORTED_COMPLEX_OPS in mps_ops_modifier()"
+        ]
 
     def verdict(
         self, key: str, dtype: str, macos: tuple[int, int]
@@ -109,8 +126,12 @@ class MpsLists:
             if gate and macos < (int(gate[1]), int(gate[2])):
                 if _listed(entries, key, dtype, macos):
                     return True, name
-        if dtype in _COMPLEX and self.complex_ok and key not in self.complex_ok:
-            return True, "SUPPORTED_COMPLEX_OPS (not in it)"
+        if dtype in _COMPLEX:
+            if self.complex_list == "UNSUPPORTED_COMPLEX_OPS":
+                if key in self.complex_lacking:
+                    return True, "UNSUPPORTED_COMPLEX_OPS"
+            elif self.complex_list and key not in self.complex_ok:
+                return True, "SUPPORTED_COMPLEX_OPS (not in it)"
         return False, "not listed"
 
     def comment(self, name: str, key: str) -> str:
@@ -197,7 +218,7 @@ def read_lists(path: Path) -> MpsLists:
     lines = text.splitlines()
     lists: dict[str, dict[str, Dtypes]] = {}
     comments: dict[tuple[str, str], str] = {}
-    complex_ok: list[str] = []
+    complex_sets: dict[str, list[str]] = {}
     for stmt in function.body:
         target: ast.AST | None = None
         value: ast.AST | None = None
@@ -219,14 +240,25 @@ def read_lists(path: Path) -> MpsLists:
                         lines, key_node.lineno, value.lineno - 1
                     )
                 lists[target.id] = entries
-            elif isinstance(value, ast.Set) and target.id == "SUPPORTED_COMPLEX_OPS":
-                complex_ok = [str(v) for v in _literal(value)]
+            elif target.id in _COMPLEX_LISTS and isinstance(
+                value, (ast.Set, ast.List, ast.Tuple)
+            ):
+                complex_sets[target.id] = [str(v) for v in _literal(value)]
         except ValueError as exc:
             raise SourceError(f"{path}: {target.id}: {exc}") from None
     missing = [name for name in LACKING_LISTS if name not in lists]
     if missing:
         raise SourceError(f"{path}: no {', '.join(missing)} in mps_ops_modifier()")
-    return MpsLists(str(path), lists, comments, frozenset(complex_ok))
+    # the newer name wins where a file has both
+    complex_list = next((n for n in _COMPLEX_LISTS[::-1] if n in complex_sets), "")
+    return MpsLists(
+        str(path),
+        lists,
+        comments,
+        frozenset(complex_sets.get("SUPPORTED_COMPLEX_OPS", ())),
+        frozenset(complex_sets.get("UNSUPPORTED_COMPLEX_OPS", ())),
+        complex_list,
+    )
 
 
 def common_mps_path() -> Path:

@@ -101,12 +101,28 @@ class Correction:
     since: tuple[int, int] | None = None
     before: tuple[int, int] | None = None
     checked: str = "2026-11-22"
+    #: An overload whose missing MPS kernel the correction works around: once
+    #: the installed yaml gives it one, the correction no longer holds.
+    until_kernel: str | None = None
 
     def applies_to(self, version: tuple[int, int]) -> bool:
         """True when ``version`` (major, minor) lies in ``[since, before)``."""
         if self.since is not None and version < self.since:
             return False
         return self.before is None or version < self.before
+
+    def contradicted_by(self, codes: dict[str, str]) -> str | None:
+        """Why the installed yaml (``codes``) contradicts this correction, or None."""
+        if self.until_kernel is None:
+            return None
+        code = codes.get(self.until_kernel, "none")
+        if code == "explicit" or code.startswith("structured"):
+            return (
+                f"{self.op}: the correction ({self.why}) works around "
+                f"{self.until_kernel} having no MPS kernel, and this torch's "
+                "native_functions.yaml gives it one: not applied"
+            )
+        return None
 
 
 # Sources: pytorch/pytorch aten/src/ATen/mps/MPSFallback.mm at two stored
@@ -123,8 +139,22 @@ _FALLBACK_OLD = "MPSFallback.mm @33ce581 registers mps_fallback (gone in @035290
 #: confirms with ``pytest --mps --mps-audit-check``.
 CORRECTIONS: tuple[Correction, ...] = (
     Correction("embedding_renorm_", FORCED_FALLBACK, "no MPS key", _FALLBACK_NEW),
-    Correction("linalg_svd", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_NEW),
-    Correction("linalg_svd.U", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_NEW),
+    # MPSFallback.mm's svd fallback stands in for a missing _linalg_svd.U kernel;
+    # torch 2.14's yaml has one (native MPS SVD, pytorch PR #185954).
+    Correction(
+        "linalg_svd",
+        FORCED_FALLBACK,
+        "MPSFallback.mm",
+        _FALLBACK_NEW,
+        until_kernel="_linalg_svd.U",
+    ),
+    Correction(
+        "linalg_svd.U",
+        FORCED_FALLBACK,
+        "MPSFallback.mm",
+        _FALLBACK_NEW,
+        until_kernel="_linalg_svd.U",
+    ),
     Correction(
         "upsample_nearest3d.vec", FORCED_FALLBACK, "MPSFallback.mm", _FALLBACK_NEW
     ),
@@ -417,7 +447,11 @@ class OpTable:
                 full, UNKNOWN, "not in aten's native_functions.yaml", "", LIKELY
             )
         for fix in CORRECTIONS if mps else ():
-            if fix.op == name and fix.applies_to(self.version):
+            if (
+                fix.op == name
+                and fix.applies_to(self.version)
+                and fix.contradicted_by(self.codes) is None
+            ):
                 return Prediction(
                     full, fix.outcome, f"correction: {fix.why}", fix.source
                 )
@@ -451,6 +485,13 @@ class OpTable:
             if code.startswith("composite-out:"):
                 return Prediction(full, outcome, rule, certainty=LIKELY)
         return Prediction(full, outcome, rule)
+
+    def contradictions(self) -> list[str]:
+        """Corrections this torch's own yaml contradicts (left unapplied), with why."""
+        if self.backend != "MPS":
+            return []
+        found = (fix.contradicted_by(self.codes) for fix in CORRECTIONS)
+        return [why for why in found if why is not None]
 
     def counts(self) -> dict[str, int]:
         """How many overloads each rule outcome covers, corrections applied."""
@@ -595,6 +636,16 @@ def compare_with_dispatcher(
         if predicted.outcome in (ROUTED, UNKNOWN) or not op.startswith("aten::"):
             continue
         truth = dispatcher_outcome(op, backend)
+        if truth == COMPOSITE and predicted.outcome == FALLBACK:
+            # torchgen gives a structured op a CompositeExplicitAutogradNon-
+            # Functional wrapper that runs its delegate (torch 2.14:
+            # _scaled_grouped_mm_v2 over a CUDA-only .out): without the
+            # delegate's kernel it still falls back
+            code = table.codes.get(predicted.op.removeprefix("aten::"), "")
+            if code.startswith("none:") and (
+                dispatcher_outcome(f"aten::{code[5:]}", backend) == FALLBACK
+            ):
+                continue
         if truth != predicted.outcome:
             differences.append(
                 {

@@ -55,6 +55,8 @@ class Expectations(NamedTuple):
     source: str = ""
     lacking: int = 0
     unattributed: int = 0
+    #: checks PyTorch's lists could not feed, each with why
+    off: tuple[str, ...] = ()
 
 
 settings_key = pytest.StashKey[AuditSettings]()
@@ -176,12 +178,14 @@ def load_expectations(table: OpTable, macos: tuple[int, int]) -> Expectations:
 
     from pytest_mps.audit import expectations as lists
     from pytest_mps.audit import ops as mps_ops
-    from pytest_mps.audit.rules import ARGUMENT_RULES
+    from pytest_mps.audit.rules import argument_rules
+
+    rules = argument_rules(lambda op: table.predict(op).outcome)
 
     def explained(key: str) -> bool:
         op, _, rest = key.partition("|")
         dtype = rest.partition("|")[0]
-        if op in ARGUMENT_RULES or dtype in ("float64", "complex128"):
+        if op in rules or dtype in ("float64", "complex128"):
             return True
         return table.predict(op).outcome in mps_ops.PROBLEMS
 
@@ -203,6 +207,7 @@ def load_expectations(table: OpTable, macos: tuple[int, int]) -> Expectations:
         f"{path}; OpInfo map: {where}",
         found.lacking,
         len(found.unattributed),
+        tuple(parsed.checks_off()),
     )
 
 
@@ -224,6 +229,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         )
     else:
         lists = ""
+    for why in found.off if found is not None else ():
+        lists += f"\nmps-audit: {why}"
+    for why in table.contradictions():
+        lists += f"\nmps-audit: correction contradicted by torch's own tables: {why}"
     macos = config.stash[settings_key].macos
     target = "newest" if macos == NEWEST_MACOS else f"{macos[0]}.{macos[1]}"
     return (

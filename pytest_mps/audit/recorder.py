@@ -111,7 +111,7 @@ class Recorder:
     ) -> None:
         import torch
 
-        from pytest_mps.audit.rules import ARGUMENT_RULES
+        from pytest_mps.audit.rules import argument_rules
         from pytest_mps.watch.device_mix import (
             describe_tensors,
             exempt_ops,
@@ -131,7 +131,7 @@ class Recorder:
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
         self.bad = _unsupported_dtypes(macos)
-        self.rules = ARGUMENT_RULES
+        self.rules = argument_rules(lambda op: table.predict(op).outcome)
         # PyTorch's MPS test lists, attributed to (op, dtype, ...) keys
         self.expected: Mapping[str, Any] = expected or {}
         self.expected_ops = frozenset(k.partition("|")[0] for k in self.expected)

@@ -242,6 +242,30 @@ ARGUMENT_RULES: dict[
     "aten::convolution": _convolution,
 }
 
+#: Rules about an op MPS has no kernel for, which hold only while the installed
+#: torch's yaml says so. The svd rule describes MPSFallback.mm's way around a
+#: missing ``_linalg_svd.U`` kernel; torch 2.14's yaml gives it one
+#: (``CPU, CUDA, MPS: _linalg_svd_out``, native MPS SVD, pytorch PR #185954),
+#: and from then on svdvals, cond and the nuclear norm run on MPS.
+WHILE_NO_KERNEL = frozenset({"aten::_linalg_svd"})
+
+
+def argument_rules(
+    outcome_of: Callable[[str], str],
+) -> dict[
+    str, Callable[[Sequence[Any], Mapping[str, Any], Call | None], Verdict | None]
+]:
+    """:data:`ARGUMENT_RULES` that hold for the installed torch.
+
+    ``outcome_of(op)`` is the op table's outcome for an op; a rule of
+    :data:`WHILE_NO_KERNEL` is left out once it is not a fallback there.
+    """
+    return {
+        op: rule
+        for op, rule in ARGUMENT_RULES.items()
+        if op not in WHILE_NO_KERNEL or outcome_of(op) == FALLBACK
+    }
+
 
 # -- call rules: what the aten ops on the CPU do not show ------------------------------
 

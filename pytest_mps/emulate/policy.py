@@ -179,6 +179,9 @@ class Policy:
         self.verdicts: dict[Any, mps_ops.Prediction] = {}
         self.warned = False
         self.bad_dtypes = _bad_dtypes(macos)
+        self.argument_rules = audit_rules.argument_rules(
+            lambda op: self.table.predict(op).outcome
+        )
 
     # -- ops ------------------------------------------------------------------------
 
@@ -191,7 +194,7 @@ class Policy:
         if prediction is None:
             prediction = self.verdicts[func] = self.table.predict(func.name())
         name = prediction.op.removesuffix(".default")
-        rule = audit_rules.ARGUMENT_RULES.get(prediction.op)
+        rule = self.argument_rules.get(prediction.op)
         if rule is not None:
             call = current_call()
             seen = (call.func, call.args, call.kwargs) if call is not None else None
