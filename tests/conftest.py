@@ -57,6 +57,22 @@ def yaml_gives_mps_kernel(overload: str) -> bool:
     )
 
 
+def _has_common_mps() -> bool:
+    from pytest_mps.audit import expectations
+
+    return expectations.common_mps_path().exists()
+
+
+#: torch/testing/_internal/common_mps.py, PyTorch's MPS test lists, is not in
+#: every torch pyproject.toml allows (2.6 has none): the audit then predicts
+#: from the yaml alone and says so in its header.
+HAS_COMMON_MPS = _has_common_mps()
+needs_common_mps = pytest.mark.skipif(
+    not HAS_COMMON_MPS,
+    reason=f"torch {torch.__version__} ships no torch/testing/_internal/"
+    "common_mps.py (PyTorch's MPS test lists), which this test reads",
+)
+
 #: torch 2.14's yaml gives _linalg_svd.U an MPS kernel (native MPS SVD, pytorch
 #: PR #185954); before it, MPSFallback.mm ran linalg_svd on the CPU and svdvals,
 #: cond or a nuclear norm fell back. Tests about those rules skip after it.

@@ -100,7 +100,8 @@ def test_mps_and_mps0_are_one_device_with_genuine_mps_tensors() -> None:
     with FakeTensorMode():
         on_mps = torch.randn(3, device="mps")
         also_mps = torch.zeros(2, device="mps:0")
-    assert on_mps.device == torch.device("mps:0")
+    # torch 2.6's FakeTensorMode leaves the index off (mps); later ones say mps:0
+    assert on_mps.device.type == "mps" and on_mps.device.index in (None, 0)
     assert_on_device(on_mps, "mps")
     assert_on_device(on_mps, torch.device("mps:0"))
     assert_same_device(on_mps, also_mps)

@@ -12,6 +12,7 @@ import pytest
 # Loaded here, not first inside an in-process run (see tests/test_audit.py).
 import torch._dynamo  # noqa: F401
 import torchgen.gen  # noqa: F401
+from conftest import needs_common_mps
 
 from pytest_mps.audit import expectations
 
@@ -25,6 +26,7 @@ def _entries(text: str, name: str) -> dict[str, str]:
     return dict(re.findall(r'^ {12}"([^"]+)": (None|\[[^\]]*\])', block, re.M))
 
 
+@needs_common_mps
 def test_the_installed_common_mps_is_read_without_importing_it() -> None:
     # the expectations come from the installed file's own text, read apart
     path = expectations.common_mps_path()
@@ -68,6 +70,7 @@ def _common_mps_copy(tmp_path: Path, complex_list: str | None) -> Path:
     return copy
 
 
+@needs_common_mps
 def test_unsupported_complex_ops_of_newer_torch_flag_the_ops_it_names(
     tmp_path: Path,
 ) -> None:
@@ -90,6 +93,7 @@ def test_unsupported_complex_ops_of_newer_torch_flag_the_ops_it_names(
     assert older.verdict("addr", "complex64", (99, 0)) == (False, "not listed")
 
 
+@needs_common_mps
 def test_without_a_complex_list_the_header_names_the_check_that_is_off(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,6 +305,7 @@ def test_bincount_int64():
 """
 
 
+@needs_common_mps
 def test_each_rule_says_what_decided_it_and_how_sure_it_is(
     pytester: pytest.Pytester,
 ) -> None:

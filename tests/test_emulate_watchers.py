@@ -112,6 +112,35 @@ def test_forced_fallbacks_run_and_are_listed(pytester: pytest.Pytester) -> None:
     )
 
 
+def test_fallback_error_fails_an_op_without_an_mps_kernel_and_passes_clean_code(
+    pytester: pytest.Pytester,
+) -> None:
+    # special_ndtri has no MPS kernel in any torch pyproject.toml allows; with
+    # the fallback on it runs on the CPU and the check names it
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_ndtri(device):
+            y = torch.special.ndtri(torch.full((3,), 0.5, device=device))
+            assert y.is_mps and y.abs().sum().item() == 0
+
+        def test_clean(device):
+            x = torch.randn(4, 4, device=device)
+            assert (x @ x.T).is_mps
+        """
+    )
+    result = pytester.runpytest("--mps-emulate", "--mps-fallback=error")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 op(s) fell back from MPS to the CPU (--mps-fallback=error):*",
+            "*aten::special_ndtri*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["FAILED *test_ndtri*"])
+
+
 def test_memory_is_the_emulated_tensors_bytes(pytester: pytest.Pytester) -> None:
     # replaces a test that faked torch.mps's counters: here a real 64 MiB
     # tensor on the emulated device is counted, sampled before each op
