@@ -9,14 +9,18 @@ configurations run interleaved, round after round, so drift hits both alike:
 
 - ``plain``: CPU tensors, no emulation installed;
 - ``emulated``: the emulation installed (``pytest_mps.emulate.install``), the
-  model and batch on ``mps`` (the emulated device).
+  model and batch on ``mps`` (the emulated device);
+- with ``--watch``, also ``watched``: emulated, with the watchers a test gets
+  from ``@pytest.mark.no_host_sync`` and ``--mps-mixed-devices`` (their
+  ``TorchFunctionMode`` front and dispatch mode, as in a pytest run).
 
-Both compute the same numbers (the script checks the losses bit for bit).
+All compute the same numbers (the script checks the losses bit for bit).
 Reported: each configuration's median step, and the median of the per-round
-ratios emulated / plain. Goal: <= 2x on the nanoGPT step.
+ratios emulated / plain (and watched / plain). Goal: <= 1.3x on the nanoGPT
+step with the watchers off (issue "--mps-emulate").
 
 Usage: ``python benchmarks/emulation_overhead.py [--preset nanogpt|tiny|both]
-[--rounds N] [--steps N] [--threads N]``.
+[--rounds N] [--steps N] [--threads N] [--watch]``.
 
 Measured on this workplace's 2-core CPU machine (torch 2.13.0+cpu, 2 threads),
 ``python benchmarks/emulation_overhead.py --preset both --rounds 11 --steps 2``:
@@ -93,15 +97,35 @@ def make_step(gpt: Any, shape: str, device: str) -> Callable[[], torch.Tensor]:
     return step
 
 
-def timed(step: Callable[[], torch.Tensor], steps: int) -> tuple[float, torch.Tensor]:
+def timed(
+    step: Callable[[], torch.Tensor], steps: int, host: bool = True
+) -> tuple[float, torch.Tensor]:
     start = time.perf_counter()
     for _ in range(steps):
         loss = step()
-    loss = loss.cpu()
+    if host:  # the watchers would rightly call this read a host sync
+        loss = loss.cpu()
     return (time.perf_counter() - start) / steps, loss
 
 
-def run(shape: str, rounds: int, steps: int) -> dict[str, float]:
+def watchers() -> Callable[[], Any]:
+    """A context of the watchers ``no_host_sync`` and ``--mps-mixed-devices`` add."""
+    from pytest_mps.watch.findings import TestFindings
+    from pytest_mps.watch.host_sync import SyncGuard
+    from pytest_mps.watch.mixed_devices import DeviceGuard
+    from pytest_mps.watch.mode import watching
+
+    def context() -> Any:
+        guards = [
+            SyncGuard(False, "benchmark", TestFindings()),
+            DeviceGuard(TestFindings()),
+        ]
+        return watching(guards)  # type: ignore[arg-type]
+
+    return context
+
+
+def run(shape: str, rounds: int, steps: int, watch: bool = False) -> dict[str, float]:
     gpt = load_gpt()
     emulation = Emulation((99, 0), fallback=False)
     plain_step = make_step(gpt, shape, "cpu")
@@ -110,12 +134,19 @@ def run(shape: str, rounds: int, steps: int) -> dict[str, float]:
         emulated_step = make_step(gpt, shape, "mps")
         torch.manual_seed(2)
         timed(emulated_step, 1)  # the first subclass dispatch imports modules
+        # its own model, stepped in lockstep with the others
+        watched_step = make_step(gpt, shape, "mps")
+        torch.manual_seed(2)
+        timed(watched_step, 1)
     finally:
         emulation.undo()
     torch.manual_seed(2)
     timed(plain_step, 1)
     plain: list[float] = []
     emulated: list[float] = []
+    watched: list[float] = []
+    watching = watchers() if watch else None
+    drift = 0.0
     for round_ in range(rounds):
         # dropout draws from the CPU's generator in one and the device's in
         # the other: the same seed before each makes them draw the same masks
@@ -134,14 +165,33 @@ def run(shape: str, rounds: int, steps: int) -> dict[str, float]:
                 f"the emulated step computed another loss: {emulated_loss.item()} "
                 f"against {plain_loss.item()} on the CPU"
             )
+        if watching is not None:
+            emulation.install()
+            try:
+                with watching():
+                    torch.manual_seed(3 + round_)
+                    seconds, watched_loss = timed(watched_step, steps, host=False)
+                watched_loss = watched_loss.cpu()
+            finally:
+                emulation.undo()
+            watched.append(seconds)
+            # a dispatch mode makes composites take other paths (attention's
+            # math kernel): close to the CPU's numbers, not always equal
+            drift = max(drift, (plain_loss - watched_loss).abs().item())
     ratios = [e / p for e, p in zip(emulated, plain, strict=True)]
-    return {
+    found = {
         "plain_ms": statistics.median(plain) * 1000,
         "emulated_ms": statistics.median(emulated) * 1000,
         "ratio": statistics.median(ratios),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
     }
+    if watched:
+        watched_ratios = [w / p for w, p in zip(watched, plain, strict=True)]
+        found["watched_ms"] = statistics.median(watched) * 1000
+        found["watched_ratio"] = statistics.median(watched_ratios)
+        found["watched_drift"] = drift
+    return found
 
 
 def main() -> None:
@@ -150,6 +200,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--watch", action="store_true", help="also time the watchers")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -159,13 +210,19 @@ def main() -> None:
         f"{args.rounds} rounds x {args.steps} steps, interleaved"
     )
     for shape in shapes:
-        found = run(shape, args.rounds, args.steps)
+        found = run(shape, args.rounds, args.steps, args.watch)
         print(
             f"{shape}: plain {found['plain_ms']:.1f} ms/step, emulated "
             f"{found['emulated_ms']:.1f} ms/step: {found['ratio']:.2f}x (paired "
             f"rounds {found['ratio_min']:.2f}-{found['ratio_max']:.2f}x); losses "
             "equal bit for bit"
         )
+        if "watched_ms" in found:
+            print(
+                f"{shape}: emulated with the watchers on {found['watched_ms']:.1f} "
+                f"ms/step: {found['watched_ratio']:.2f}x plain (median of rounds); "
+                f"largest loss difference from the CPU {found['watched_drift']:.2e}"
+            )
 
 
 if __name__ == "__main__":
