@@ -24,7 +24,9 @@ Usage: ``python benchmarks/emulation_overhead.py [--preset nanogpt|tiny|both]
 
 Measured on this workplace's 2-core CPU machine (torch 2.13.0+cpu, 2 threads),
 ``python benchmarks/emulation_overhead.py --preset both --rounds 11 --steps 2``:
-nanogpt 1.05x (1159 against 1207 ms/step), tiny 1.14x (79 against 90 ms);
+nanogpt 1.05x (1159 against 1207 ms/step), tiny 1.14x (79 against 90 ms).
+With ``--watch --threads 2`` on a lent H200 machine's CPU (torch 2.11):
+nanogpt 1.06x emulated, 1.08x with the watchers; tiny 1.26x and 1.24x.
 docs/benchmarks.md keeps the figures.
 """
 
