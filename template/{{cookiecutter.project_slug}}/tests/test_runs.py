@@ -193,6 +193,28 @@ def test_resuming_a_checkpoint_saved_between_evaluations_names_its_evaluation(
     ) in out
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_resuming_names_the_checkpoints_last_evaluation_not_the_first(
+    cli, data_dir, tmp_path
+):
+    out_dir = tmp_path / "out"
+    log = CtrlCAfter(5)
+    cfg = parse_args(flags(data_dir, out_dir, max_iters=12, eval_interval=2))
+    stopped = train(cfg, stream=log)
+    assert stopped.stopped_by == "SIGINT"
+    evals = re.findall(r"^step (\d+): train loss [\d.]+, val loss ([\d.]+)$",
+                       log.getvalue(), re.M)  # fmt: skip
+    at, val = evals[-1]
+    assert int(at) >= 4  # evaluations after step 0 happened before the stop
+    assert val != evals[0][1]
+    code, out, err = cli("train", "--init_from=resume", f"--out_dir={out_dir}")
+    assert code == 0, err
+    it = stopped.iter_num
+    when = "" if int(at) == it else f" at iteration {at}"
+    described = f"dataset 'shakespeare_char', val loss {val}{when})"
+    assert f"max_iters=12, preset 'tiny', {described}" in out
+
+
 def test_a_nan_learning_rate_is_blamed_on_learning_rate(cli):
     code, _, err = cli("train", "--learning_rate=nan")
     assert code == 2
