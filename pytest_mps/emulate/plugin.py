@@ -18,7 +18,8 @@ instead, as on ``pytest --mps``.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
@@ -46,6 +47,7 @@ MEMORY_HELP = (
 )
 
 _emulation_key: pytest.StashKey[Emulation] = pytest.StashKey()
+T = TypeVar("T")
 
 
 def _parse_macos(value: str, where: str) -> tuple[int, int]:
@@ -100,41 +102,39 @@ def wanted(config: pytest.Config) -> bool:
     return bool(value)
 
 
+def _setting(
+    config: pytest.Config, name: str, parse: Callable[[str, str], T]
+) -> T | None:
+    """The option ``name`` (parsed by its type), else its ini twin parsed here."""
+    value = config.getoption(name, None)
+    if value is None:
+        value = getattr(config.known_args_namespace, name, None)
+    if value is not None:
+        return cast(T, value)
+    ini = config.getini(name)
+    if not ini:
+        return None
+    try:
+        return parse(str(ini), f"ini option {name} in {config.inipath}")
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def _macos(config: pytest.Config) -> tuple[int, int]:
     from pytest_mps.audit.settings import NEWEST_MACOS, parse_macos
 
-    value = config.getoption("mps_emulate_macos", None)
+    value = _setting(config, "mps_emulate_macos", parse_macos)
     if value is None:
-        value = getattr(config.known_args_namespace, "mps_emulate_macos", None)
-    if value is not None:
-        major, minor = value
-        return int(major), int(minor)
-    ini = config.getini("mps_emulate_macos")
-    if not ini:
         return NEWEST_MACOS
-    where = f"ini option mps_emulate_macos in {config.inipath}"
-    try:
-        return parse_macos(str(ini), where)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    major, minor = value
+    return int(major), int(minor)
 
 
 def _memory(config: pytest.Config) -> int | None:
     from pytest_mps.emulate.memory import parse_memory
 
-    value = config.getoption("mps_emulate_memory", None)
-    if value is None:
-        value = getattr(config.known_args_namespace, "mps_emulate_memory", None)
-    if value is not None:
-        return int(value)
-    ini = config.getini("mps_emulate_memory")
-    if not ini:
-        return None
-    where = f"ini option mps_emulate_memory in {config.inipath}"
-    try:
-        return parse_memory(str(ini), where)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    value = _setting(config, "mps_emulate_memory", parse_memory)
+    return None if value is None else int(value)
 
 
 def _budget(config: pytest.Config) -> Any:
