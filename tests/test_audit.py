@@ -548,3 +548,41 @@ def test_a_fallback_points_at_pytorchs_current_mps_op_tracker(
         ]
     )
     result.stdout.no_fnmatch_line("*77764*")
+
+
+def test_float64_that_only_pytorchs_cpu_path_makes_is_not_a_finding(
+    pytester: pytest.Pytester,
+) -> None:
+    # quantile's ranks (float64 on every device but MPS from torch 2.14) and
+    # batch_norm's statistics of an empty batch (the CPU's accumulate type for
+    # float is double, MPS's is float) are made inside the call, from float32
+    # and into float32: the CPU's choice, not the user's
+    pytester.makepyfile(
+        test_audit_float64="""
+        import torch
+        import torch.nn.functional as F
+
+        def test_quantile():
+            x = torch.randn(4, 10)
+            q = torch.quantile(x, torch.tensor([0.25, 0.5]), dim=1)
+            assert q.dtype == torch.float32
+
+        def test_empty_batch_norm():
+            x = torch.randn(0, 3)
+            F.batch_norm(x, torch.zeros(3), torch.ones(3), training=True)
+
+        def test_double():
+            torch.randn(3).double()
+
+        def test_asked_for():
+            torch.quantile(torch.randn(10, dtype=torch.float64), 0.5)
+        """
+    )
+    result = pytester.runpytest("--mps-audit=error", "--mps-report", "r.json")
+    result.assert_outcomes(passed=2, failed=2)
+    tests = json.loads((pytester.path / "r.json").read_text())["mps_audit"]["tests"]
+    assert tests["test_audit_float64.py::test_quantile"] == []
+    assert tests["test_audit_float64.py::test_empty_batch_norm"] == []
+    for name in ("test_double", "test_asked_for"):
+        found = tests[f"test_audit_float64.py::{name}"]
+        assert [f["name"] for f in found] == ["torch.float64"], name

@@ -81,9 +81,14 @@ def _calls_mode_class() -> type[Any]:
             recorder.on_call(func, args, kwargs)
             recorder.call = (func, args, kwargs)
             try:
-                return func(*args, **kwargs)
+                result = func(*args, **kwargs)
+            except BaseException:
+                recorder.settle_wide(None)
+                raise
             finally:
                 recorder.call = None
+            recorder.settle_wide((args, kwargs, result))
+            return result
 
     return CallsMode
 
@@ -146,6 +151,11 @@ class Recorder:
         self.ignores = ignores
         # whose work the op being looked at is: (side, user frame), once per op
         self.who: tuple[str, FrameType | None] | None = None
+        # float64 / complex128 findings inside the running call, held until it
+        # returns (see settle_wide)
+        self.held: list[tuple[Any, ...]] = []
+        # dtypes PyTorch's CPU code picks where its MPS code picks float32/complex64
+        self.wide = frozenset((torch.float64, torch.complex128))
         # under --mps-emulate the device's tensors are told from the host's:
         # what MPS runs (ops, dtypes) is judged for ops on the device only
         self.device_only = device_only
@@ -197,10 +207,11 @@ class Recorder:
         source: str = "",
         certainty: str = mps_ops.CERTAIN,
         rule: str = "",
+        who: tuple[str, FrameType | None] | None = None,
     ) -> None:
         from pytest_mps.watch.attribution import side_for
 
-        side, frame = self._whose()
+        side, frame = who if who is not None else self._whose()
         side = side_for(side, kind)
         filename = frame.f_code.co_filename if frame is not None else ""
         reason = next(
@@ -247,6 +258,40 @@ class Recorder:
 
         return in_functions(self._whose()[1], self.expected_syncs)
 
+    def settle_wide(self, call: tuple[Any, Any, Any] | None) -> None:
+        """Decide the float64 / complex128 findings held while a call ran.
+
+        PyTorch's own code picks wide dtypes on the CPU path where MPS gets
+        float32: torch 2.14's quantile computes its ranks in float64 "on every
+        device except MPS" (aten/src/ATen/native/Sorting.cpp, pytorch PR
+        #187574); batch_norm's statistics use the CPU's accumulate type, double
+        for float (aten/src/ATen/AccumulateType.h, where MPS's is float). So a
+        wide tensor that a call makes inside itself, from arguments with no
+        wide dtype and into results with none, is the CPU path's choice, not
+        the user's: dropped. A call given one (``dtype=torch.float64``, a
+        float64 tensor) or returning one (``x.double()``) keeps its findings,
+        and so does a call that raised (``call`` None).
+        """
+        held, self.held = self.held, []
+        if not held:
+            return
+        if call is not None and not any(self._wide(value) for value in call):
+            return
+        for who, (kind, name, outcome, why, op, source, certainty, rule) in held:
+            self._note(kind, name, outcome, why, op, source, certainty, rule, who)
+
+    def _wide(self, value: Any) -> bool:
+        """True when ``value`` holds a float64 / complex128 tensor or dtype."""
+        if isinstance(value, self.tensor):
+            return value.dtype in self.wide
+        if isinstance(value, self.dtype):
+            return value in self.wide
+        if isinstance(value, (list, tuple)):
+            return any(self._wide(v) for v in value)
+        if isinstance(value, Mapping):
+            return any(self._wide(v) for v in value.values())
+        return False
+
     def _check_dtype(self, value: Any, op: str, scalar: bool) -> None:
         """Note ``value``'s dtype (a tensor's, or a dtype argument) if MPS lacks it.
 
@@ -266,6 +311,10 @@ class Recorder:
             return  # a 0-dim scalar: MPS ops take it from the CPU
         source = "OperationUtils.mm getMPSDataType / EmptyTensor.cpp"
         rule = "dtype: macOS" if "MacOS 14" in message else "dtype"
+        if self.call is not None and dtype in self.wide:
+            args = ("dtype", str(dtype), "unsupported dtype", message, op, source)
+            self.held.append((self._whose(), (*args, mps_ops.CERTAIN, rule)))
+            return
         self._note(
             "dtype", str(dtype), "unsupported dtype", message, op, source, rule=rule
         )
