@@ -578,11 +578,17 @@ def test_float64_that_only_pytorchs_cpu_path_makes_is_not_a_finding(
             torch.quantile(torch.randn(10, dtype=torch.float64), 0.5)
         """
     )
-    result = pytester.runpytest("--mps-audit=error", "--mps-report", "r.json")
-    result.assert_outcomes(passed=2, failed=2)
+    result = pytester.runpytest("--mps-audit", "--mps-report", "r.json")
+    result.assert_outcomes(passed=4)
     tests = json.loads((pytester.path / "r.json").read_text())["mps_audit"]["tests"]
-    assert tests["test_audit_float64.py::test_quantile"] == []
-    assert tests["test_audit_float64.py::test_empty_batch_norm"] == []
-    for name in ("test_double", "test_asked_for"):
+
+    def dtypes(name: str) -> list[str]:
+        # dtype findings only: torch 2.6's quantile also reads a value back
+        # (aten::equal), a host sync of its own
         found = tests[f"test_audit_float64.py::{name}"]
-        assert [f["name"] for f in found] == ["torch.float64"], name
+        return [f["name"] for f in found if f["kind"] == "dtype"]
+
+    assert dtypes("test_quantile") == []
+    assert dtypes("test_empty_batch_norm") == []
+    assert dtypes("test_double") == ["torch.float64"]
+    assert dtypes("test_asked_for") == ["torch.float64"]
