@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 
 from pytest_mps import backend, ownership
+from pytest_mps.options import closest
 
 if TYPE_CHECKING:
     import torch
@@ -38,8 +39,14 @@ def parse_device(value: str, where: str) -> str:
     text = value.strip().lower()
     match = _SPEC.match(text)
     if match is None:
+        kind = text.partition(":")[0]
+        meant = closest(kind, ("cpu", "mps", "cuda", "auto"))
+        hint = f"did you mean {meant!r}? " if meant else ""
+        if kind == "gpu":  # closest to "cpu", the one it is not
+            hint = "a GPU is mps or cuda; "
         raise ValueError(
-            f"{prefix}{value!r} is not a device; use cpu, mps, cuda, cuda:N or auto"
+            f"{prefix}{value!r} is not a device; {hint}use cpu, mps, cuda, cuda:N "
+            "or auto"
         )
     kind, index = match.group(1), match.group(2)
     if kind in ("cpu", "auto"):
@@ -88,7 +95,12 @@ def pytest_mps_auto_device(config: pytest.Config) -> str | None:
 
 def _requested(config: pytest.Config) -> tuple[list[str], str]:
     """The device ids asked for, and where they came from (for error messages)."""
-    flag = "--mps-device" if ownership.flag_yielded(config, "--device") else "--device"
+    flag = "--device"
+    given = [str(a) for a in config.invocation_params.args]
+    if ownership.flag_yielded(config, "--device") or any(
+        a == "--mps-device" or a.startswith("--mps-device=") for a in given
+    ):
+        flag = "--mps-device"
     try:
         cli = [parse_device(v, flag) for v in config.getoption("mps_devices") or []]
     except ValueError as exc:

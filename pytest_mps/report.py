@@ -11,7 +11,6 @@ once, atomically (temporary file then ``os.replace``), in
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.metadata
 import json
@@ -23,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from pytest_mps.options import argparse_check
+
 REPORT_HELP = (
     "write what pytest-mps saw (fallback ops, host syncs, mixed devices, memory, "
     "...) as JSON to PATH, for CI tooling."
@@ -32,9 +33,9 @@ _sections_key = pytest.StashKey[dict[str, Any]]()
 _path_key = pytest.StashKey[Path | None]()
 
 
-def _report_arg(value: str) -> str:
+def _parse_report_path(value: str, where: str) -> str:
     if not value.strip():
-        raise argparse.ArgumentTypeError("--mps-report: the path is empty")
+        raise ValueError(f"{where}: the path is empty; name a file, like report.json")
     return value
 
 
@@ -43,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mps-report",
         dest="mps_report",
-        type=_report_arg,
+        type=argparse_check(_parse_report_path, "--mps-report"),
         metavar="PATH",
         default=None,
         help=REPORT_HELP,

@@ -305,7 +305,10 @@ def test_a_bad_ini_level_is_an_error_naming_the_ini_file(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*ini option mps_audit in *tox.ini: 'sometimes' is not one of off, *"]
+        [
+            "*ini option mps_audit in *tox.ini: 'sometimes' is not a level; "
+            "choose from off, *"
+        ]
     )
 
 

@@ -449,7 +449,7 @@ def test_a_bad_macos_version_is_a_one_line_error_naming_the_flag(
 ) -> None:
     result = pytester.runpytest("--mps-audit", f"--mps-audit-macos={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*argument --mps-audit-macos: {message}"])
+    result.stderr.fnmatch_lines([f"ERROR: --mps-audit-macos: {message}"])
 
 
 def test_a_bad_ini_macos_names_the_ini_file(pytester: pytest.Pytester) -> None:

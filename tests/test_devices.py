@@ -30,7 +30,7 @@ def test_bad_device_value_is_a_usage_error_naming_flag_and_value(
     result = pytester.runpytest("--device", "gpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["ERROR: --device: 'gpu' is not a device; use cpu, mps*"]
+        ["ERROR: --device: 'gpu' is not a device; a GPU is mps or cuda; use cpu, mps*"]
     )
 
 

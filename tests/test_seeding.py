@@ -80,7 +80,7 @@ def test_bad_seed_is_a_usage_error_naming_flag_and_value(
     pytester.makepyfile(SEED_TESTS)
     result = pytester.runpytest(f"--mps-seed={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*argument --mps-seed: {value!r}*"])
+    result.stderr.fnmatch_lines([f"ERROR: --mps-seed: {value!r} *"])
 
 
 def test_bad_ini_seed_names_the_ini_file(pytester: pytest.Pytester) -> None:

@@ -358,7 +358,7 @@ def test_findings_reach_the_controller_under_xdist(user_suite: pytest.Pytester) 
 def test_bad_mode_is_a_usage_error_naming_the_flag(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--mps-fallback=loud")
     result.stderr.fnmatch_lines(
-        ["*--mps-fallback: 'loud' is not one of error, warn, off*"]
+        ["*--mps-fallback: 'loud' is not a mode; choose from error, warn, off*"]
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 

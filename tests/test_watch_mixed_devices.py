@@ -84,7 +84,9 @@ def test_marker_turns_the_guard_on_for_one_test(pytester: pytest.Pytester) -> No
 
 def test_bad_value_names_the_flag(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--mps-mixed-devices=maybe")
-    result.stderr.fnmatch_lines(["*--mps-mixed-devices: 'maybe' is not one of*"])
+    result.stderr.fnmatch_lines(
+        ["*--mps-mixed-devices: 'maybe' is not a mode; choose from*"]
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pytest
 
-from pytest_mps.options import choice
+from pytest_mps.options import choice, closest
 
 AUDIT_HELP = (
     "predict what the suite would do on MPS from the ops each test runs here: "
@@ -42,7 +42,7 @@ class AuditSettings(NamedTuple):
     macos: tuple[int, int] = NEWEST_MACOS
 
 
-parse_level = choice(LEVELS)
+parse_level = choice(LEVELS, "level")
 
 
 def parse_macos(value: str, where: str) -> tuple[int, int]:
@@ -67,8 +67,6 @@ def level_mistake(args: list[str], where: Path, source: str = "") -> str | None:
 
     ``source`` names where ``args`` come from when not the command line.
     """
-    import difflib
-
     values = f"{', '.join(LEVELS)}, given as --mps-audit=LEVEL"
     for index, arg in enumerate(args):
         if arg.startswith("--mps-audit="):
@@ -84,10 +82,10 @@ def level_mistake(args: list[str], where: Path, source: str = "") -> str | None:
             continue
         if word in LEVELS and not spaced:
             continue
-        close = difflib.get_close_matches(word.lower(), LEVELS, n=1, cutoff=0.6)
-        if spaced and not close:
+        close = closest(word, LEVELS)
+        if spaced and close is None:
             continue  # a path that does not exist: pytest says so
-        meant = f"did you mean `--mps-audit={close[0]}`? " if close else ""
+        meant = f"did you mean `--mps-audit={close}`? " if close else ""
         given = f"--mps-audit {word}" if spaced else arg
         if source:
             given += f" (in {source})"

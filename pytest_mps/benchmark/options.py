@@ -11,11 +11,12 @@ Each parser takes ``(value, where)`` and raises ValueError naming ``where``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pytest_mps import devices as session_devices
+from pytest_mps.options import choice, choices
 
 #: The name of a test's measurements on ``report.user_properties``.
 PROPERTY = "mps_benchmark"
@@ -206,48 +207,10 @@ def parse_histogram_prefix(value: str, where: str) -> str:
     return value
 
 
-def _names(value: str) -> list[str]:
-    return [v.strip().lower() for v in value.replace(" ", ",").split(",") if v.strip()]
-
-
-def parse_columns(value: str, where: str) -> tuple[str, ...]:
-    """``min,median,ops`` -> the columns, each one of :data:`COLUMNS`."""
-    names = _names(value)
-    bad = [n for n in names if n not in COLUMNS]
-    if bad or not names:
-        raise ValueError(
-            f"{where}: {', '.join(bad) or repr(value)} is not a column; "
-            f"choose from {', '.join(COLUMNS)}"
-        )
-    return tuple(dict.fromkeys(names))
-
-
-def parse_group_by(value: str, where: str) -> tuple[str, ...]:
-    """``group``, ``param:size``, ``func,device``: what tables are split by."""
-    names = _names(value)
-    bad = [n for n in names if n not in GROUP_BY and not n.startswith("param:")]
-    if bad or not names:
-        raise ValueError(
-            f"{where}: {', '.join(bad) or repr(value)} is not a grouping; choose "
-            f"from {', '.join(GROUP_BY)} or param:NAME"
-        )
-    return tuple(names)
-
-
-def choice(choices: tuple[str, ...], what: str) -> Callable[[str, str], str]:
-    """A parser accepting one of ``choices`` (``what`` names the kind of value)."""
-
-    def parse(value: str, where: str) -> str:
-        text = value.strip().lower()
-        if text not in choices:
-            raise ValueError(
-                f"{where}: {value!r} is not a {what}; choose from {', '.join(choices)}"
-            )
-        return text
-
-    return parse
-
-
+parse_columns = choices(COLUMNS, "column")
+parse_group_by = choices(
+    GROUP_BY + ("param:NAME",), "grouping", lambda name: name.startswith("param:")
+)
 parse_sort = choice(SORTS, "column to sort by")
 parse_name_format = choice(NAME_FORMATS, "name format")
 parse_time_unit = choice(TIME_UNITS, "time unit")

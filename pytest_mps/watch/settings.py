@@ -56,7 +56,7 @@ MARKERS = (
 FINDINGS_PROPERTY = "pytest_mps.findings"
 MEMORY_PROPERTY = "pytest_mps.memory"
 
-parse_mode = choice(MODES)
+parse_mode = choice(MODES, "mode")
 
 #: The session's mixed-device mode (error, warn, off).
 mixed_mode_key = pytest.StashKey[str]()
