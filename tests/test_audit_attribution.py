@@ -206,6 +206,7 @@ def test_torch_testing_is_the_tests_check_under_any_name(
 
 SEEDED = {
     "mylib.py": """
+import numpy as np
 import torch
 
 
@@ -223,6 +224,11 @@ def host_sync(x):
 
 def mixed(x):
     return torch.ones(3, device="meta") + x.sum()
+
+
+def numpy_weights(x):
+    # np.linspace is float64: the weights come to torch as float64
+    return x * torch.from_numpy(np.linspace(0.0, 1.0, 3))
 """,
     "test_seeded.py": """
 import torch
@@ -243,6 +249,10 @@ def test_host_sync():
 
 def test_mixed_devices():
     mylib.mixed(torch.randn(3))
+
+
+def test_float64_from_numpy():
+    mylib.numpy_weights(torch.randn(3))
 """,
 }
 
@@ -252,27 +262,34 @@ def test_a_real_problem_of_each_kind_in_the_code_under_test_still_fails(
 ) -> None:
     pytester.makepyfile(**{k.removesuffix(".py"): v for k, v in SEEDED.items()})
     result = pytester.runpytest("--mps-audit=error")
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(
         [
             "  aten::frexp.Tensor: falls back to CPU *",
-            "    first at */mylib.py:5",
+            "    first at */mylib.py:6",
         ]
     )
     result.stdout.fnmatch_lines(
-        ["  torch.float64 (in aten::_to_copy): *", "    first at */mylib.py:9"]
+        ["  torch.float64 (in aten::_to_copy): *", "    first at */mylib.py:10"]
     )
     result.stdout.fnmatch_lines(
         [
             "  aten::_local_scalar_dense: makes the host wait for the device *",
-            "    first at */mylib.py:13",
+            "    first at */mylib.py:14",
         ]
     )
     result.stdout.fnmatch_lines(
         [
             "  aten::add.Tensor: mixes tensors of several devices (raises or syncs "
             "on MPS) (meta (3,), cpu 0-dim) [[]mixed-devices; certain]",
-            "    first at */mylib.py:17",
+            "    first at */mylib.py:18",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_float64_from_numpy _*",
+            "  torch.float64 (in aten::*): Cannot convert a MPS Tensor to float64 *",
+            "    first at */mylib.py:23",
         ]
     )
     result.stdout.fnmatch_lines(
@@ -295,14 +312,32 @@ def test_the_marker_silences_a_float64_put_on_the_cpu_on_purpose(
 
         def test_unmarked():
             torch.zeros(2, dtype=torch.float64)
+
+        @pytest.mark.mps_audit_ignore("float64", reason="a CPU float64 reference")
+        def test_reference_and_a_read():
+            torch.zeros(2, dtype=torch.float64)
+            torch.ones(3).sum().item()
         """
     )
     result = pytester.runpytest("--mps-audit=error", "--strict-markers")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         [
             "test_*.py::test_reference",
             "  torch.float64  unsupported dtype (ignored)  x*  at test_*.py:6",
+            "    ignored: a CPU float64 reference",
+        ]
+    )
+    # the marker silences what it names only: the read still fails the test
+    failure = result.stdout.str().split("_ test_reference_and_a_read _")[1]
+    failure = failure.split("MPS audit")[0]
+    assert "aten::_local_scalar_dense: makes the host wait" in failure
+    assert "torch.float64" not in failure
+    result.stdout.fnmatch_lines(
+        [
+            "test_*.py::test_reference_and_a_read",
+            "  aten::_local_scalar_dense  host sync  x1  at test_*.py:15",
+            "  torch.float64  unsupported dtype (ignored)  x*  at test_*.py:14",
             "    ignored: a CPU float64 reference",
         ]
     )
@@ -360,9 +395,13 @@ def test_an_ini_line_silences_findings_in_one_file_only(
         """
     )
     pytester.makepyfile(
-        legacy="import torch\n\ndef load():\n    return torch.ones(2).double()\n",
+        legacy=(
+            "import torch\n\ndef load():\n    return torch.ones(2).double()\n"
+            "\ndef step(x):\n    return torch.frexp(x)[0]\n"
+        ),
         fresh="import torch\n\ndef load():\n    return torch.ones(2).double()\n",
         test_files="""
+        import torch
         import legacy, fresh
 
         def test_legacy():
@@ -370,13 +409,20 @@ def test_an_ini_line_silences_findings_in_one_file_only(
 
         def test_fresh():
             fresh.load()
+
+        def test_legacy_step():
+            legacy.load()
+            legacy.step(torch.ones(2))
         """,
     )
     result = pytester.runpytest("--mps-audit=error")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(
-        ["*FAILED test_files.py::test_fresh*"], consecutive=False
-    )
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*FAILED test_files.py::test_fresh*"])
+    # the ini line names float64 and host-sync: legacy.py's fallback still fails
+    failure = result.stdout.str().split("_ test_legacy_step _")[1]
+    failure = failure.split("MPS audit")[0]
+    assert "aten::frexp.Tensor: falls back to CPU" in failure
+    assert "torch.float64" not in failure
     result.stdout.fnmatch_lines(["    ignored: old checkpoints are float64 (tox.ini)"])
 
 
