@@ -183,6 +183,35 @@ def test_the_header_says_where_the_op_table_came_from(
     )
 
 
+def test_the_headers_counts_are_the_op_table_this_run_used(
+    user_suite: pytest.Pytester,
+) -> None:
+    import re
+
+    from pytest_mps.audit import ops
+
+    result = user_suite.runpytest("--mps-audit", "-k", "svd")
+    header = re.search(
+        r"op table of torch (\S+) \((\d+) overloads: (\d+) MPS, (\d+) composite, "
+        r"(\d+) fall back\)",
+        result.stdout.str(),
+    )
+    assert header is not None, result.stdout.str()
+    table = ops.load_table()
+    counts = table.counts()
+    fallback = counts.get(ops.FALLBACK, 0) + counts.get(ops.FORCED_FALLBACK, 0)
+    assert header.groups() == (
+        table.torch_version,
+        str(len(table.codes)),
+        str(counts.get(ops.MPS_KERNEL, 0)),
+        str(counts.get(ops.COMPOSITE, 0)),
+        str(fallback),
+    )
+    # every overload is one of the three, or raises, or is left unknown
+    assert int(header[3]) + int(header[4]) + int(header[5]) <= int(header[2])
+    assert int(header[3]) > 500  # torch has hundreds of MPS kernels
+
+
 def test_without_the_option_nothing_is_audited(user_suite: pytest.Pytester) -> None:
     result = user_suite.runpytest()
     result.assert_outcomes(passed=4)
