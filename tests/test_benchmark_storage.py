@@ -263,9 +263,10 @@ def test_the_gate_with_no_matching_run_is_a_usage_error(
     result.stderr.fnmatch_lines(
         [
             "ERROR: --mps-benchmark-compare-fail needs a baseline: no saved run "
-            "matches 'nightly' in .benchmarks"
+            "matches 'nightly' in .benchmarks*"
         ]
     )
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
 
 
 def test_the_gate_without_this_machines_runs_fails_after_the_tests_with_exit_4(
@@ -286,6 +287,11 @@ def test_the_gate_without_this_machines_runs_fails_after_the_tests_with_exit_4(
         "ERROR: --mps-benchmark-compare-fail needs a baseline: no baseline for "
         "this machine:"
     )
+    # the message is that one line: what follows it is pytest's closing line
+    after = result.stdout.lines[result.stdout.lines.index(errors[0]) + 1 :]
+    assert [line for line in after if line.strip()][:1] == [
+        line for line in result.stdout.lines if line.startswith("=")
+    ][-1:]
 
 
 def test_ini_thresholds_alone_apply_only_when_comparing(

@@ -146,3 +146,53 @@ def test_a_lock_file_that_cannot_be_made_fails_the_benchmark_naming_it(
     result.stdout.fnmatch_lines(
         ["*--mps-benchmark-lock: cannot use the lock file a_file/x.lock*"]
     )
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from pytest_mps.benchmark.lock import measuring
+
+with measuring(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
+def test_a_lock_left_by_a_killed_holder_does_not_hang_the_next_run(
+    pytester: pytest.Pytester, signal_name: str
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from filelock import FileLock, Timeout
+
+    lock = pytester.path / "bench.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        # while the holder lives, nobody else gets the lock
+        with pytest.raises(Timeout):
+            FileLock(lock).acquire(timeout=0.3)
+        holder.send_signal(getattr(signal, signal_name))
+        holder.wait(timeout=30)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.exists()  # the file stays behind; the OS dropped the lock itself
+    pytester.makepyfile("def test_b(mps_benchmark):\n    mps_benchmark(sum, [1])\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--mps-benchmark-max-time=0.01",
+        f"--mps-benchmark-lock={lock}",
+        timeout=60,
+    )
+    result.assert_outcomes(passed=1)
