@@ -486,16 +486,38 @@ def test_device_parity_holds_against_the_cpu_on_the_emulated_device(
             def forward(self, x):
                 return x + self.mlp(self.norm(x))
 
+        class DriftsOnTheDevice(Block):
+            # what a kernel that is wrong on MPS looks like from outside
+            def forward(self, x):
+                out = super().forward(x)
+                return out * 1.01 if out.device.type == "mps" else out
+
         def test_fixture(device_parity):
             device_parity(Block(), torch.randn(2, 8, 32), steps=2)
 
         def test_function():
             report = assert_device_parity(Block(), torch.randn(2, 8, 32), device="mps")
-            assert report is not None
+            assert (report.reference, report.target) == ("cpu", "mps:0")
+            paths = [d.path for d in report.diffs]
+            # the output, and the input's and every parameter's gradient
+            assert "output" in paths, paths
+            assert sum("grad" in p for p in paths) >= 6, paths
+            assert report.failed == []
+
+        def test_a_device_that_computes_otherwise_fails():
+            x = torch.randn(2, 8, 32)
+            assert_device_parity(DriftsOnTheDevice(), x, device="mps")
         """
     )
     result = pytester.runpytest("--mps-emulate")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * 8 of 8 leaves differ between the reference (cpu) and the device "
+            "(mps:0)",
+            "E * output * float32 * (2, 8, 32) *",
+        ]
+    )
 
 
 def test_torch_compile_runs_eagerly_and_says_so(pytester: pytest.Pytester) -> None:

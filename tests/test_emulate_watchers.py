@@ -57,8 +57,11 @@ def test_host_reads_of_device_tensors_fail_a_no_host_sync_test(
     )
 
 
+@pytest.mark.parametrize(
+    "level", [None, "error", "off"], ids=["default", "error", "off"]
+)
 def test_mixed_devices_are_flagged_for_the_users_scalars_only(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, level: str | None
 ) -> None:
     pytester.makepyfile(
         """
@@ -77,7 +80,12 @@ def test_mixed_devices_are_flagged_for_the_users_scalars_only(
             assert out.is_mps
         """
     )
-    result = pytester.runpytest("--mps-emulate")
+    flags = [f"--mps-mixed-devices={level}"] if level else []
+    result = pytester.runpytest("--mps-emulate", *flags)
+    if level == "off":
+        result.assert_outcomes(passed=2)
+        result.stdout.no_fnmatch_line("*mixed tensors of several devices*")
+        return
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(
         [
