@@ -596,3 +596,35 @@ def test_a_cpu_gradient_or_a_cpu_input_to_a_device_output_raises_as_on_a_mac(
             "found at least two devices, mps:0 and cpu!",
         ]
     )
+
+
+def test_the_devices_stream_is_there_and_never_captures(
+    pytester: pytest.Pytester,
+) -> None:
+    # torch 2.15's optimizers ask the accelerator's stream whether it is being
+    # captured into a graph before each step; MPS has no graph capture
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_stream(device):
+            stream = torch.accelerator.current_stream()
+            assert stream.device_type == "mps" and not stream.is_capturing()
+            stream.synchronize()
+            if hasattr(torch.mps, "current_stream"):
+                assert torch.mps.current_stream() == stream
+
+        def test_adam_steps(device):
+            weight = torch.nn.Parameter(torch.ones(3, device=device))
+            optimizer = torch.optim.Adam([weight], lr=0.1)
+            weight.sum().backward()
+            optimizer.step()
+            assert weight.is_mps and weight.detach().cpu().lt(1).all()
+        """
+    )
+    import torch
+
+    before = torch.accelerator.current_stream
+    result = pytester.runpytest("--mps-emulate")
+    result.assert_outcomes(passed=2)
+    assert torch.accelerator.current_stream is before  # torch's own again

@@ -253,6 +253,64 @@ def compile_eagerly() -> Callable[..., Any]:
     return compile
 
 
+class EmulatedStream:
+    """The emulated device's one stream, as a Mac's ``current_stream()`` gives it.
+
+    ``torch.accelerator.current_stream()`` and ``torch.mps.current_stream()``
+    return it. The emulated device runs every op at once, so the stream has nothing in
+    flight; MPS has no graph capture, so it never captures (torch 2.15's
+    optimizers ask, in ``_accelerator_graph_capture_health_check``).
+    """
+
+    device_type = "mps"
+    device_index = 0
+    stream_id = 0
+
+    @property
+    def device(self) -> torch.device:
+        """``mps:0``."""
+        return torch.device("mps", 0)
+
+    def is_capturing(self) -> bool:
+        """Never: MPS has no graph capture."""
+        return False
+
+    def query(self) -> bool:
+        """Always done: every op ran when it was called."""
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
+        return None
+
+    def wait_stream(self, stream: Any) -> None:
+        """Nothing to wait for: there is one stream."""
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        """Nothing to wait for: events are recorded done."""
+        return None
+
+    def record_event(self, event: Any = None) -> Any:
+        """Record ``event`` (a new one when None) on this stream."""
+        if event is None:
+            event = torch.Event(self.device)
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EmulatedStream)
+
+    def __hash__(self) -> int:
+        return hash(("mps", 0, 0))
+
+    def __repr__(self) -> str:
+        return "<emulated torch.mps.Stream stream_id=0>"
+
+
+STREAM = EmulatedStream()
+
+
 def accelerator_functions() -> dict[str, Callable[..., Any]]:
     """``torch.accelerator``'s answers with an MPS device present."""
 
@@ -262,6 +320,9 @@ def accelerator_functions() -> dict[str, Callable[..., Any]]:
     def synchronize(device: Any = None) -> None:
         return None
 
+    def current_stream(device: Any = None) -> EmulatedStream:
+        return STREAM
+
     return {
         "current_accelerator": current_accelerator,
         "is_available": lambda: True,
@@ -269,7 +330,13 @@ def accelerator_functions() -> dict[str, Callable[..., Any]]:
         "current_device_index": lambda: 0,
         "current_device_idx": lambda: 0,
         "synchronize": synchronize,
+        "current_stream": current_stream,
     }
+
+
+def mps_stream_functions() -> dict[str, Callable[..., Any]]:
+    """``torch.mps``'s stream functions (torch 2.15 has them), one stream."""
+    return {"current_stream": lambda: STREAM, "default_stream": lambda: STREAM}
 
 
 def thread_start(
@@ -343,6 +410,9 @@ class Emulation:
         for name, function in accelerator_functions().items():
             if hasattr(torch.accelerator, name):
                 self._set(torch.accelerator, name, function)
+        for name, function in mps_stream_functions().items():
+            if hasattr(torch.mps, name):
+                self._set(torch.mps, name, function)
         _clear_caches(torch.backends.mps)
         self.serialization = serialization.Patches(tensor.wrap)
         self.autocast = AutocastPatch()
