@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -55,6 +56,50 @@ def yaml_gives_mps_kernel(overload: str) -> bool:
         for line in entry.splitlines()
         if line.startswith("    ")
     )
+
+
+class FallbackOp(NamedTuple):
+    """An op that falls back to the CPU on MPS in the installed torch."""
+
+    #: the torch function, as Python source
+    function: str
+    #: the overload, as the audit names it
+    name: str
+
+    @property
+    def source(self) -> str:
+        """An expression applying it to a float32 tensor named ``x``: a tensor."""
+        # frexp gives (mantissa, exponent)
+        return f"{self.function}(x)" + ("[0]" if "frexp" in self.function else "")
+
+
+#: (function, overload, overloads whose MPS kernel would run it on MPS), in
+#: order of preference: frexp calls frexp.Tensor_out, which has an MPS kernel
+#: from torch 2.15; ndtri and airy_ai have none in 2.6 to 2.15.
+_FALLBACK_CANDIDATES = (
+    ("torch.frexp", "frexp.Tensor", ("frexp.Tensor", "frexp.Tensor_out")),
+    ("torch.special.ndtri", "special_ndtri", ("special_ndtri", "special_ndtri.out")),
+    (
+        "torch.special.airy_ai",
+        "special_airy_ai",
+        ("special_airy_ai", "special_airy_ai.out"),
+    ),
+)
+
+
+def _fallback_op() -> FallbackOp:
+    for function, overload, kernels in _FALLBACK_CANDIDATES:
+        if not any(yaml_gives_mps_kernel(k) for k in kernels):
+            return FallbackOp(function, f"aten::{overload}")
+    raise RuntimeError(
+        f"torch {torch.__version__} has MPS kernels for every op in "
+        "_FALLBACK_CANDIDATES: add one its native_functions.yaml gives none"
+    )
+
+
+#: The op the tests use as "an op without an MPS kernel", read from the
+#: installed torch's yaml, not the audit's table (which the tests check).
+FALLBACK = _fallback_op()
 
 
 def _has_common_mps() -> bool:

@@ -18,7 +18,7 @@ import pytest
 # Loaded here, not first inside an in-process run (see tests/test_audit.py).
 import torch._dynamo  # noqa: F401
 import torchgen.gen  # noqa: F401
-from conftest import REPO
+from conftest import FALLBACK, REPO
 
 pytest_plugins = ["pytester"]
 
@@ -211,7 +211,7 @@ import torch
 
 
 def fallback(x):
-    return torch.frexp(x)[0]
+    return FALLBACK_SOURCE
 
 
 def float64(x):
@@ -260,12 +260,14 @@ def test_float64_from_numpy():
 def test_a_real_problem_of_each_kind_in_the_code_under_test_still_fails(
     pytester: pytest.Pytester,
 ) -> None:
-    pytester.makepyfile(**{k.removesuffix(".py"): v for k, v in SEEDED.items()})
+    files = {k.removesuffix(".py"): v for k, v in SEEDED.items()}
+    files["mylib"] = files["mylib"].replace("FALLBACK_SOURCE", FALLBACK.source)
+    pytester.makepyfile(**files)
     result = pytester.runpytest("--mps-audit=error")
     result.assert_outcomes(failed=5)
     result.stdout.fnmatch_lines(
         [
-            "  aten::frexp.Tensor: falls back to CPU *",
+            f"  {FALLBACK.name}: falls back to CPU *",
             "    first at */mylib.py:6",
         ]
     )
@@ -397,7 +399,7 @@ def test_an_ini_line_silences_findings_in_one_file_only(
     pytester.makepyfile(
         legacy=(
             "import torch\n\ndef load():\n    return torch.ones(2).double()\n"
-            "\ndef step(x):\n    return torch.frexp(x)[0]\n"
+            f"\ndef step(x):\n    return {FALLBACK.source}\n"
         ),
         fresh="import torch\n\ndef load():\n    return torch.ones(2).double()\n",
         test_files="""
@@ -421,7 +423,7 @@ def test_an_ini_line_silences_findings_in_one_file_only(
     # the ini line names float64 and host-sync: legacy.py's fallback still fails
     failure = result.stdout.str().split("_ test_legacy_step _")[1]
     failure = failure.split("MPS audit")[0]
-    assert "aten::frexp.Tensor: falls back to CPU" in failure
+    assert f"{FALLBACK.name}: falls back to CPU" in failure
     assert "torch.float64" not in failure
     result.stdout.fnmatch_lines(["    ignored: old checkpoints are float64 (tox.ini)"])
 
@@ -495,8 +497,8 @@ def test_float64_in_an_assert(device):
 
 
 def test_a_fallback_in_an_assert(device):
-    out = torch.ones(3, device=device)
-    assert torch.frexp(out)[0].sum() > 0
+    x = torch.ones(3, device=device)
+    assert (FALLBACK_SOURCE).sum() != 0
 """
 
 
@@ -505,7 +507,8 @@ def test_only_reads_in_an_assert_are_the_tests_own_other_problems_fail(
 ) -> None:
     # float64 and a missing kernel break an assert on MPS as anywhere else:
     # only the assert's read (bool of a tensor) is the test's own check
-    pytester.makepyfile(test_asserted=ASSERTED_PROBLEMS)
+    source = ASSERTED_PROBLEMS.replace("FALLBACK_SOURCE", FALLBACK.source)
+    pytester.makepyfile(test_asserted=source)
     result = pytester.runpytest("--mps-audit=error", "--mps-report=r.json")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
@@ -513,7 +516,7 @@ def test_only_reads_in_an_assert_are_the_tests_own_other_problems_fail(
     )
     result.stdout.fnmatch_lines(
         [
-            "  aten::frexp.Tensor: falls back to CPU *",
+            f"  {FALLBACK.name}: falls back to CPU *",
             "    first at */test_asserted.py:11",
         ]
     )
@@ -537,7 +540,7 @@ def test_a_torch_module_that_falls_back():
 
 
 def test_a_torch_function_that_falls_back():
-    assert_device_parity(torch.frexp, torch.randn(3), device="cpu", grads=False)
+    assert_device_parity(FALLBACK_FUNCTION, torch.randn(3), device="cpu", grads=False)
 
 
 @pytest.mark.no_host_sync
@@ -552,7 +555,8 @@ def test_the_device_side_of_parity_is_the_code_under_test_even_when_torchs_own(
 ) -> None:
     # no user frame lies between the assert_device_parity call and torch: the
     # device side still runs the code under test, not the test's own check
-    pytester.makepyfile(test_torch_parity=TORCH_UNDER_PARITY)
+    source = TORCH_UNDER_PARITY.replace("FALLBACK_FUNCTION", FALLBACK.function)
+    pytester.makepyfile(test_torch_parity=source)
     result = pytester.runpytest("--mps-audit=error")
     result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(
@@ -564,7 +568,7 @@ def test_the_device_side_of_parity_is_the_code_under_test_even_when_torchs_own(
     )
     result.stdout.fnmatch_lines(
         [
-            "  aten::frexp.Tensor: falls back to CPU *",
+            f"  {FALLBACK.name}: falls back to CPU *",
             "    first at */test_torch_parity.py:14",
         ]
     )

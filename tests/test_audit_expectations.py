@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import unittest
 from pathlib import Path
 
 import pytest
@@ -389,12 +390,51 @@ def test_a_corrupt_opinfo_cache_is_traced_again_and_replaced_whole(
     # first two samples (masked.median, expected to fail, runs it too)
     nanmedian = data["opinfos"]["nanmedian"]["ops"]["float32"]
     assert "aten::nanmedian.dim|float32" in nanmedian
-    # an OpInfo's own expectations for test_mps.py's TestConsistency
-    shuffle = data["opinfos"]["nn.functional.channel_shuffle"]["consistency"]
-    assert shuffle["float32"] == shuffle["int64"] == "xfail"
-    pad = data["opinfos"]["nn.functional.padreplicate_negative"]["consistency"]
-    assert pad["float32"] == "skip"
-    assert data["opinfos"]["put"]["consistency"] == {}
+    # an OpInfo's own expectations for test_mps.py's TestConsistency, asked of
+    # op_db here as test_mps.py asks them (which ones have any changes between
+    # torch releases: channel_shuffle's went in 2.15)
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    expected_xfail = {
+        op.name + op.variant_test_name
+        for op in op_db
+        for info in op.decorators
+        if hasattr(info, "is_active")
+        and unittest.expectedFailure in info.decorators
+        and info.is_active(
+            "TestConsistency", "test_output_match", "mps", torch.float32, {}
+        )
+    }
+    assert expected_xfail, "op_db has no MPS xfail at float32 to check with"
+    traced_xfail = {
+        name
+        for name, entry in data["opinfos"].items()
+        if entry["consistency"].get("float32") == "xfail"
+    }
+    assert traced_xfail == expected_xfail
+
+    def skips(decorator: object) -> bool:
+        try:
+            return getattr(decorator(lambda: None), "__unittest_skip__", False)  # type: ignore[operator]
+        except Exception:
+            return False
+
+    expected_skip = {
+        op.name + op.variant_test_name
+        for op in op_db
+        for info in op.decorators
+        if hasattr(info, "is_active")
+        and any(skips(d) for d in info.decorators)
+        and info.is_active(
+            "TestConsistency", "test_output_match", "mps", torch.float32, {}
+        )
+    } - expected_xfail
+    traced_skip = {
+        name
+        for name, entry in data["opinfos"].items()
+        if entry["consistency"].get("float32") == "skip"
+    }
+    assert traced_skip == expected_skip
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left
     again, where = expectations.load_traces(tmp_path, torch.__version__)
     assert where == f"cache file {path}" and again == data
