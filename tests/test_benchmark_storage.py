@@ -181,6 +181,66 @@ def test_compare_fail_fails_the_session_on_a_regression(
     assert result.ret == 0
 
 
+BURST = """
+import time
+
+calls = [0]
+
+
+def work(slow_calls):
+    # slow for the first `slow_calls` calls of the session: a burst of load
+    calls[0] += 1
+    if calls[0] <= slow_calls:
+        time.sleep(0.002)
+
+
+def test_work(mps_benchmark):
+    mps_benchmark.pedantic(work, args=(SLOW_CALLS,), rounds=5)
+"""
+
+
+def _gate_attempts(pytester: pytest.Pytester, path: str) -> int:
+    doc = json.loads((pytester.path / path).read_text())
+    (bench,) = doc["benchmarks"]
+    return int(bench["extra_info"]["gate_attempts"])
+
+
+def test_a_burst_of_load_is_measured_again_and_passes(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_burst=BURST.replace("SLOW_CALLS", "0"))
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=1)
+    # slow through the first measurement's 5 rounds only: its median is ~2 ms
+    # against the baseline's microseconds, the second measurement's is not
+    pytester.makepyfile(test_burst=BURST.replace("SLOW_CALLS", "5"))
+    result = run(
+        pytester,
+        "--mps-benchmark-compare=base",
+        "--mps-benchmark-compare-fail=median:50%",
+        "--mps-benchmark-json=out.json",
+    )
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0, result.stdout.str()
+    assert _gate_attempts(pytester, "out.json") == 2
+
+
+def test_a_slowdown_that_lasts_fails_after_every_attempt(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_burst=BURST.replace("SLOW_CALLS", "0"))
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=1)
+    pytester.makepyfile(test_burst=BURST.replace("SLOW_CALLS", "1000"))
+    result = run(
+        pytester,
+        "--mps-benchmark-compare=base",
+        "--mps-benchmark-compare-fail=median:50%",
+        "--mps-benchmark-json=out.json",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*1 passed, 1 benchmark regressed in *"])
+    assert _gate_attempts(pytester, "out.json") == 3
+
+
 def test_a_marker_threshold_replaces_the_sessions(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

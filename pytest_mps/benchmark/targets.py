@@ -108,11 +108,33 @@ def new_benchmark(
         mark.compare_fail,
         lock=lock_path(options.lock),
         disabled=options.disable,
+        gate=_gate(item.config),
     )
     if alias.get("baseline") is False:
         bench.baseline = False
     item.stash.setdefault(fixture_key, []).append(bench)
     return bench
+
+
+_gate_key = pytest.StashKey[Any]()
+
+
+def _gate(config: pytest.Config) -> Callable[[Any], bool] | None:
+    """The session's gate for one measurement, when the run compares.
+
+    Thresholds come from ``--mps-benchmark-compare-fail`` or a benchmark's own
+    marker; without either, nothing regresses and nothing is measured again.
+    """
+    options = config.stash[options_key]
+    if options.compare is None:
+        return None
+    gate = config.stash.get(_gate_key, None)
+    if gate is None:
+        from pytest_mps.benchmark.confirm import Gate
+
+        gate = config.stash[_gate_key] = Gate(options)
+    regressed: Callable[[Any], bool] = gate.regressed
+    return regressed
 
 
 def finish_benchmark(bench: MpsBenchmark) -> None:
