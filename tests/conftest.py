@@ -102,20 +102,37 @@ def _fallback_op() -> FallbackOp:
 FALLBACK = _fallback_op()
 
 
-def _has_common_mps() -> bool:
+def _common_mps_unusable() -> str | None:
+
     from pytest_mps.audit import expectations
 
-    return expectations.common_mps_path().exists()
+    if not expectations.common_mps_path().exists():
+        return (
+            f"torch {torch.__version__} ships no torch/testing/_internal/"
+            "common_mps.py (PyTorch's MPS test lists), which this test reads"
+        )
+    # the dev extra brings them; an environment without it reads no lists
+    return _op_db_unusable()
 
+
+def _op_db_unusable() -> str | None:
+    import importlib.util
+
+    missing = [m for m in ("numpy", "expecttest") if not importlib.util.find_spec(m)]
+    return f"PyTorch's op_db needs {missing} (the dev extra)" if missing else None
+
+
+#: Tracing OpInfo samples imports op_db, which needs numpy and expecttest.
+needs_op_db = pytest.mark.skipif(
+    _op_db_unusable() is not None, reason=str(_op_db_unusable())
+)
 
 #: torch/testing/_internal/common_mps.py, PyTorch's MPS test lists, is not in
 #: every torch pyproject.toml allows (2.6 has none): the audit then predicts
 #: from the yaml alone and says so in its header.
-HAS_COMMON_MPS = _has_common_mps()
+HAS_COMMON_MPS = _common_mps_unusable() is None
 needs_common_mps = pytest.mark.skipif(
-    not HAS_COMMON_MPS,
-    reason=f"torch {torch.__version__} ships no torch/testing/_internal/"
-    "common_mps.py (PyTorch's MPS test lists), which this test reads",
+    not HAS_COMMON_MPS, reason=str(_common_mps_unusable())
 )
 
 #: torch 2.14's yaml gives _linalg_svd.U an MPS kernel (native MPS SVD, pytorch

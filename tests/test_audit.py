@@ -177,8 +177,8 @@ def test_the_header_says_where_the_op_table_came_from(
             "mps-audit: PyTorch's MPS test lists: * (OpInfo, dtype) failures, * "
             "attributed (op, dtype) keys, * left to the argument rules"
             if HAS_COMMON_MPS
-            else "mps-audit: PyTorch's MPS test lists not used: *common_mps.py: "
-            "*; predicting from the yaml alone",
+            else "mps-audit: PyTorch's MPS test lists not used: *; predicting "
+            "from the yaml alone",
         ]
     )
 

@@ -13,7 +13,7 @@ import pytest
 # Loaded here, not first inside an in-process run (see tests/test_audit.py).
 import torch._dynamo  # noqa: F401
 import torchgen.gen  # noqa: F401
-from conftest import needs_common_mps
+from conftest import needs_common_mps, needs_op_db
 
 from pytest_mps.audit import expectations
 
@@ -371,6 +371,7 @@ def test_a_missing_common_mps_is_one_line_and_the_yaml_still_decides(
     assert [f["kind"] for f in bincount] == ["host-sync"]
 
 
+@needs_op_db
 def test_a_corrupt_opinfo_cache_is_traced_again_and_replaced_whole(
     tmp_path: Path,
 ) -> None:
