@@ -403,10 +403,12 @@ def test_recorder_flags_ops_mixing_cpu_and_meta_tensors_with_the_line() -> None:
 
     recorder = Recorder(mps_ops.load_table(), keep_ops=False, mixed=True)
     with watch.watch_mode([recorder]):
+        meta = torch.ones(3, device="meta")
         line = sys._getframe().f_lineno + 1
-        torch.ones(3, device="meta").add_(torch.tensor(2.0))
+        meta.lerp_(torch.ones(3, device="meta"), torch.tensor(2.0))
+        meta.add_(torch.tensor(2.0))  # a scalar on a Mac
     (row,) = [r for r in recorder.results(frozenset()) if r["kind"] == "mixed-devices"]
-    assert (row["name"], row["count"]) == ("aten::add_.Tensor", 1)
+    assert (row["name"], row["count"]) == ("aten::lerp_.Tensor", 1)
     assert row["why"] == "meta (3,), cpu 0-dim"
     assert row["first"] == f"{__file__}:{line}"
 

@@ -223,7 +223,7 @@ def host_sync(x):
 
 
 def mixed(x):
-    return torch.ones(3, device="meta") + x.sum()
+    return torch.ones(3, device="meta").lerp(torch.ones(3, device="meta"), x.sum())
 
 
 def numpy_weights(x):
@@ -282,8 +282,8 @@ def test_a_real_problem_of_each_kind_in_the_code_under_test_still_fails(
     )
     result.stdout.fnmatch_lines(
         [
-            "  aten::add.Tensor: mixes tensors of several devices (raises or syncs "
-            "on MPS) (meta (3,), cpu 0-dim) [[]mixed-devices; certain]",
+            "  aten::lerp.Tensor: mixes tensors of several devices (raises or "
+            "crashes on MPS) (meta (3,), cpu 0-dim) [[]mixed-devices; certain]",
             "    first at */mylib.py:18",
         ]
     )
@@ -585,16 +585,17 @@ def test_the_marker_silences_an_op_named_with_namespace_and_no_overload(
         import pytest
         import torch
 
-        @pytest.mark.mps_audit_ignore("aten::add", reason="meta tensors on purpose")
+        @pytest.mark.mps_audit_ignore("aten::lerp", reason="meta tensors on purpose")
         def test_mixed():
-            torch.ones(3, device="meta") + torch.randn(3).sum()
+            meta = torch.ones(3, device="meta")
+            meta.lerp(meta, torch.randn(3).sum())
         """
     )
     result = pytester.runpytest("--mps-audit=error")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "  aten::add.Tensor  mixed devices (ignored)  x1  at test_*.py:6",
+            "  aten::lerp.Tensor  mixed devices (ignored)  x1  at test_*.py:7",
             "    ignored: meta tensors on purpose",
         ]
     )

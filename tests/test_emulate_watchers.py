@@ -60,7 +60,7 @@ def test_host_reads_of_device_tensors_fail_a_no_host_sync_test(
 @pytest.mark.parametrize(
     "level", [None, "error", "off"], ids=["default", "error", "off"]
 )
-def test_mixed_devices_are_flagged_for_the_users_scalars_only(
+def test_mixed_devices_fail_only_where_a_mac_fails(
     pytester: pytest.Pytester, level: str | None
 ) -> None:
     pytester.makepyfile(
@@ -71,6 +71,17 @@ def test_mixed_devices_are_flagged_for_the_users_scalars_only(
         def test_a_cpu_scalar_in_device_math(device):
             x = torch.ones(3, device=device)
             y = x * torch.tensor(2.0)  # runs: MPS takes the scalar
+            x.mul_(1 - torch.tensor(0.1) * torch.tensor(0.5))
+            assert (y > torch.tensor(1.0)).all()
+            assert torch.equal(y.cpu(), torch.full((3,), 2.0))
+
+        def test_cpu_indices_and_a_cpu_fill_value(device):
+            x = torch.arange(6.0, device=device)
+            idx = torch.tensor([0, 2])
+            assert x[idx].tolist() == [0.0, 2.0]
+            x[idx] = torch.tensor(7.0)
+            x.fill_(torch.tensor(3.0))
+            assert x.tolist() == [3.0] * 6
 
         def test_attention_makes_its_own_mask(device):
             # math attention (dropout on) builds its causal mask from q's options:
@@ -78,21 +89,34 @@ def test_mixed_devices_are_flagged_for_the_users_scalars_only(
             q = torch.randn(1, 2, 8, 4, device=device)
             out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5, is_causal=True)
             assert out.is_mps
+
+        def test_a_cpu_lerp_weight(device):
+            x = torch.ones(3, device=device)
+            x.lerp_(torch.zeros(3, device=device), torch.tensor(0.5))
         """
     )
     flags = [f"--mps-mixed-devices={level}"] if level else []
     result = pytester.runpytest("--mps-emulate", *flags)
-    if level == "off":
-        result.assert_outcomes(passed=2)
-        result.stdout.no_fnmatch_line("*mixed tensors of several devices*")
-        return
-    result.assert_outcomes(failed=1, passed=1)
+    # the Mac's crash is the emulation's, whatever the guard's level
+    result.assert_outcomes(failed=1, passed=3)
     result.stdout.fnmatch_lines(
         [
-            "*1 op(s) mixed tensors of several devices*",
-            "  aten::mul once, first at *.py:6: mps:0 (3,), cpu 0-dim",
+            "E *RuntimeError: MPS (emulated by pytest-mps): aten::lerp_.Tensor "
+            "binds its tensor inputs as Metal buffers, and the 0-dim CPU tensor "
+            "weight cannot be one*Lerp.mm*",
         ]
     )
+    if level == "off":
+        result.stdout.no_fnmatch_line("0-dim CPU tensors read as scalars*")
+        return
+    result.stdout.fnmatch_lines(
+        [
+            "0-dim CPU tensors read as scalars by device ops*",
+            "  aten::mul: 1 call(s) in 1 test(s)",
+        ],
+        consecutive=False,
+    )
+    result.stdout.no_fnmatch_line("*mixed tensors of several devices*")
 
 
 @needs_svd_fallback

@@ -76,6 +76,7 @@ SNIPPETS: dict[str, Callable[[], Any]] = {
     "meta_add_scalar_tensor": lambda: torch.add(meta, torch.tensor(1.0)),
     "foreach_mixed": lambda: torch._foreach_mul_([meta.clone()], torch.tensor(2.0)),
     "where_mixed": lambda: torch.where(meta > 0, meta, torch.tensor(0.0)),
+    "lerp_cpu_weight": lambda: meta.lerp(meta, torch.tensor(0.5)),
     # clean
     "view_slice": lambda: cpu.view(2, 3)[:, 1:][0, ...],
     "to_dtype": lambda: cpu.to(torch.float64).to(dtype=torch.float32),
@@ -121,7 +122,7 @@ def test_the_front_finds_what_watching_every_op_finds(
 def test_the_snippets_cover_syncs_mixes_and_clean_code() -> None:
     outcomes = {name: _findings(s, every_op=True) for name, s in SNIPPETS.items()}
     kinds = {kind for found, _ in outcomes.values() for kind, _ in found}
-    assert kinds == {"host-sync", "mixed-devices"}
+    assert kinds == {"host-sync", "mixed-devices", "cpu-scalar"}
     assert outcomes["train_step"] == (set(), False)
     assert outcomes["item"][1] and not outcomes["view_slice"][1]
     # on an accelerator's test, reading a CPU tensor back is no sync

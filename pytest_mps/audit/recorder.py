@@ -118,9 +118,10 @@ class Recorder:
 
         from pytest_mps.audit.rules import argument_rules
         from pytest_mps.watch.device_mix import (
+            MIXED,
             describe_tensors,
             exempt_ops,
-            mixes_devices,
+            mix_kind,
         )
         from pytest_mps.watch.host_sync import sync_checks
 
@@ -132,7 +133,8 @@ class Recorder:
         self.expected_syncs = expected_syncs
         # ops mixing CPU and device tensors, but for the copies between them
         self.exempt: frozenset[Any] | None = exempt_ops() if mixed else None
-        self.mixes, self.describe = mixes_devices, describe_tensors
+        self.mixes, self.describe = mix_kind, describe_tensors
+        self.mixed = MIXED
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
         self.bad = _unsupported_dtypes(macos)
@@ -392,7 +394,7 @@ class Recorder:
         if (
             self.exempt is not None
             and func not in self.exempt
-            and self.mixes(args, kwargs)
+            and self.mixes(func, args, kwargs) == self.mixed
         ):
             why = self.describe(args, kwargs)
             self._note("mixed-devices", op, "mixed devices", why, op)

@@ -22,7 +22,7 @@ OPS_PROPERTY = "pytest_mps_audit_ops"
 #: What a host sync or a mix of devices means for a user, as printed.
 _KIND_MEANING = {
     "host-sync": "makes the host wait for the device",
-    "mixed-devices": "mixes tensors of several devices (raises or syncs on MPS)",
+    "mixed-devices": "mixes tensors of several devices (raises or crashes on MPS)",
 }
 
 

@@ -18,8 +18,10 @@ MPS kernels: torchgen/gen.py gives only CUDA and XPU ``device_guard``):
   check devices first in their own words (``where_self_out_mps`` in
   TensorCompare.mm); those get the placeholder's message here.
 
-0-dim CPU tensors pass everywhere here: MPS kernels take them as scalars
-(pytorch#142048 says at what cost; the mixed-device guard reports them).
+0-dim CPU tensors pass as scalars (the mixed-device guard notes them), except
+in the kernels that bind every input as a Metal buffer
+(:data:`pytest_mps.watch.device_mix.BUFFER_KERNELS`: ``lerp``), where a Mac
+crashes or reads a wrong buffer and the emulation raises, saying so.
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ TWO_DEVICES = (
 )
 # aten/src/ATen/native/mps/OperationUtils.mm, Placeholder::Placeholder.
 PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"
+# No text of PyTorch's: on a Mac the process crashes or the kernel reads a
+# wrong buffer (see pytest_mps.watch.device_mix.BUFFER_KERNELS).
+BUFFER_SCALAR = (
+    "MPS (emulated by pytest-mps): {op} binds its tensor inputs as Metal "
+    "buffers, and the 0-dim CPU tensor {argument} cannot be one: on a Mac this "
+    "crashes or reads a wrong buffer instead of raising [{source}]. Move it to "
+    "the device ({argument}.to(device)) or pass a Python number."
+)
 # aten/src/ATen/mps/EmptyTensor.cpp, empty_mps (TORCH_CHECK_TYPE).
 BFLOAT16_MACOS = "MPS BFloat16 is only supported on MacOS 14 or newer"
 # torch/csrc/utils/tensor_numpy.cpp, tensor_to_numpy (TypeError).
@@ -247,6 +257,7 @@ class Policy:
             return
         mutated = _mutated_positions(func)
         call = current_call()
+        self._check_buffer_scalars(func, args, kwargs, is_emulated)
         operands: list[tuple[torch.device, bool]] = []  # (device, is an output)
         bad = False
         for position, value in enumerate(args):
@@ -290,6 +301,35 @@ class Policy:
                 raise RuntimeError(TWO_DEVICES.format(first=first, second=second))
         raise RuntimeError(PLACEHOLDER)
 
+    def _check_buffer_scalars(
+        self,
+        func: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        is_emulated: Any,
+    ) -> None:
+        """Raise for a user's 0-dim CPU tensor in a kernel that binds buffers."""
+        __tracebackhide__ = True
+        from pytest_mps.watch.device_mix import buffer_kernel
+
+        source = buffer_kernel(func)
+        if source is None:
+            return
+        schema = func._schema
+        names = [a.name for a in schema.arguments]
+        named = [*zip(names, args, strict=False), *kwargs.items()]
+        for name, value in named:
+            if (
+                isinstance(value, torch.Tensor)
+                and not is_emulated(value)
+                and value.dim() == 0
+                and on_host(value)
+            ):
+                op = f"{schema.name}.{schema.overload_name or 'default'}"
+                raise RuntimeError(
+                    BUFFER_SCALAR.format(op=op, argument=name, source=source)
+                )
+
     # -- dtypes and generators ----------------------------------------------------
 
     def dtype_error(self, dtype: torch.dtype) -> TypeError | None:
@@ -314,13 +354,18 @@ def _placement_of(
 
     A 0-dim CPU input is a scalar MPS takes; a CPU tensor that PyTorch made
     inside the user's call (not sharing storage with the call's arguments)
-    would have been made on MPS on a Mac.
+    would have been made on MPS on a Mac. With no call seen (TorchScript runs
+    its ops below the torch-function modes, and its ``x.device`` is the C++
+    device, the CPU) where a tensor came from cannot be told: the tensor is
+    not judged, rather than failing code a Mac runs.
     """
     if tensor.device.type != "cpu":
         return tensor.device
     if tensor.dim() == 0 and not output:
         return None
-    if call is not None and tensor.layout == torch.strided:
+    if call is None:
+        return None
+    if tensor.layout == torch.strided:
         storage = tensor.untyped_storage().data_ptr()
         if storage not in call.user_storages():
             return None

@@ -91,3 +91,111 @@ def mixes_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
                     elif host is None or host(b):
                         cpu = True
     return cpu and other
+
+
+#: What :func:`mix_kind` finds.
+CLEAN, SCALAR, MIXED = 0, 1, 2
+
+#: MPS kernels that take a 0-dim CPU tensor as a Metal buffer, not as a
+#: scalar: on a Mac such a tensor is a crash or a wrong read, never a scalar.
+#: Op packet name -> PyTorch's source that shows it.
+BUFFER_KERNELS = {
+    # native/mps/operations/Lerp.mm: older torches check every argument with
+    # checkAllSameGPU ("Tensor for argument #4 'weight' is on CPU, but expected
+    # it to be on GPU"); newer ones bind every input of a Metal kernel as a
+    # buffer and crash in eager mode (nanochat PR #145 moved its optimizer's
+    # 0-dim CPU lr and beta scalars to the device for exactly this).
+    "lerp": "native/mps/operations/Lerp.mm (lerp_Tensor_mps)",
+}
+
+
+def buffer_kernel(func: Any) -> str | None:
+    """The source line of :data:`BUFFER_KERNELS` for ``func`` (``lerp_`` too)."""
+    name = func._schema.name.removeprefix("aten::")
+    return BUFFER_KERNELS.get(name.removesuffix("_"))
+
+
+@lru_cache(maxsize=1)
+def host_positions() -> dict[Any, frozenset[int]]:
+    """Ops whose arguments at these positions may stay on the host.
+
+    Advanced indexing moves CPU index tensors to the indexed tensor's device
+    (TensorAdvancedIndexing.cpp, ``make_info``), on MPS as everywhere;
+    ``fill_`` reads a 0-dim CPU value on the host (``fill_tensor_``).
+    """
+    import torch
+
+    aten = torch.ops.aten
+    found: dict[Any, frozenset[int]] = {}
+    for op in (
+        aten.index.Tensor,
+        aten.index_put.default,
+        aten.index_put_.default,
+        aten._index_put_impl_.default,
+        aten.fill_.Tensor,
+        aten.fill.Tensor,
+    ):
+        found[op] = frozenset({1})
+    return found
+
+
+_written: dict[Any, frozenset[int]] = {}
+
+
+def written_positions(func: Any) -> frozenset[int]:
+    """The positions of the arguments ``func`` writes to (``self`` of ``add_``)."""
+    found = _written.get(func)
+    if found is None:
+        schema = getattr(func, "_schema", None)
+        arguments = schema.arguments if schema is not None else ()
+        found = _written[func] = frozenset(
+            i
+            for i, argument in enumerate(arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write
+        )
+    return found
+
+
+def mix_kind(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+    """How ``func``'s tensors mix the host and a device, as a Mac judges it.
+
+    :data:`MIXED` when a CPU tensor that is not 0-dim sits beside device
+    tensors (a Mac raises), or a 0-dim one reaches a kernel of
+    :data:`BUFFER_KERNELS`; :data:`SCALAR` when the only CPU tensors are 0-dim
+    inputs, which a Mac's kernels read as scalars (TensorIterator.cpp admits
+    them); :data:`CLEAN` otherwise, and for the host positions of
+    :func:`host_positions`.
+    """
+    import torch
+
+    tensor = torch.Tensor
+    host = on_host[0]
+    skip = host_positions().get(func, frozenset())
+    written = written_positions(func)
+    scalars = full = other = False
+    values = [*args, *kwargs.values()] if kwargs else list(args)
+    for position, a in enumerate(values):
+        if position in skip:
+            continue
+        output = position in written or (
+            position >= len(args) and list(kwargs)[position - len(args)] == "out"
+        )
+        items = a if type(a) is list or type(a) is tuple else (a,)
+        for b in items:
+            if not isinstance(b, tensor):
+                continue
+            if not b.is_cpu:
+                other = True
+            elif host is None or host(b):
+                # a CPU output is never a scalar: the result cannot land there
+                if b.dim() == 0 and not output:
+                    scalars = True
+                else:
+                    full = True
+    if not other:
+        return CLEAN
+    if full:
+        return MIXED
+    if scalars:
+        return MIXED if buffer_kernel(func) is not None else SCALAR
+    return CLEAN

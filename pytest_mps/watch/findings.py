@@ -23,6 +23,11 @@ KINDS = {
     "int64-downcast": "int64 computed as int32 on MPS",
     "not-implemented": "ops with no MPS kernel (fallback disabled)",
     "mixed-devices": "ops mixing devices",
+    "cpu-scalar": (
+        "0-dim CPU tensors read as scalars by device ops (legal on MPS; each "
+        "is a host read per call, and one computed on the device first is a "
+        "sync: pass a Python number or keep it on the device)"
+    ),
     "host-sync": "ops that made the host wait for the device",
 }
 

@@ -1,12 +1,22 @@
 """The mixed-device guard: ops whose tensor arguments live on several devices.
 
-PyTorch accepts a 0-dim CPU tensor next to accelerator tensors (it is read as
-a scalar: ``cuda_x * torch.tensor(2.0)``), silently on CUDA, but on MPS such
-mixes crash or sync (pytorch#142048; nanochat PR #145 fixed exactly this).
-The guard flags every op mixing CPU and non-CPU tensors, except the copies
-whose job is to move data between devices. On by default under ``--mps``;
-``--mps-mixed-devices`` (or its ini twin) and the ``no_mixed_devices`` marker
-turn it on anywhere (CPU vs meta tensors show it on a machine without GPU).
+It fails what fails on a Mac and nothing else (:func:`.device_mix.mix_kind`
+judges each op):
+
+- a CPU tensor that is not 0-dim beside device tensors (a Mac raises), or a
+  0-dim one in a kernel that binds it as a Metal buffer (``lerp`` with a CPU
+  ``weight``: a crash on a Mac, nanochat PR #145), is a ``mixed-devices``
+  finding;
+- a 0-dim CPU input elsewhere (``x * torch.tensor(2.0)``,
+  ``p.mul_(1 - lr_t * wd_t)``) is legal on a Mac, which reads it as a scalar
+  on the host: a ``cpu-scalar`` note, listed in the summary with its cost,
+  never a failure;
+- CPU index tensors (``x[cpu_idx]``, ``index_put_``), ``fill_`` with a 0-dim
+  CPU value and the copies that move data between devices are not findings.
+
+On by default under ``--mps`` and ``--mps-emulate``; ``--mps-mixed-devices``
+(or its ini twin) and the ``no_mixed_devices`` marker turn it on anywhere (CPU
+vs meta tensors show it on a machine without GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +30,13 @@ import pytest
 from pytest_mps import ownership
 from pytest_mps.watch import OpCallback, settings
 from pytest_mps.watch.attribution import CODE, side_for, whose
-from pytest_mps.watch.device_mix import describe_tensors, exempt_ops, mixes_devices
+from pytest_mps.watch.device_mix import (
+    MIXED,
+    SCALAR,
+    describe_tensors,
+    exempt_ops,
+    mix_kind,
+)
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
 
@@ -41,17 +57,21 @@ class DeviceGuard:
         self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> None:
         """Record ``func`` if its tensors are on the CPU and elsewhere."""
-        if mixes_devices(args, kwargs) and id(func) not in self.exempt:
-            side, frame = whose(sys._getframe(1))
-            if side_for(side, "mixed-devices") != CODE:
-                return  # the test's own check (torch.testing)
-            where = user_location(frame) if frame is not None else "unknown"
-            self.findings.add(
-                "mixed-devices",
-                func._schema.name,
-                where,
-                detail=describe_tensors(args, kwargs),
-            )
+        if id(func) in self.exempt:
+            return
+        kind = mix_kind(func, args, kwargs)
+        if kind != MIXED and kind != SCALAR:
+            return
+        side, frame = whose(sys._getframe(1))
+        if side_for(side, "mixed-devices") != CODE:
+            return  # the test's own check (torch.testing)
+        where = user_location(frame) if frame is not None else "unknown"
+        self.findings.add(
+            "mixed-devices" if kind == MIXED else "cpu-scalar",
+            func._schema.name,
+            where,
+            detail=describe_tensors(args, kwargs),
+        )
 
 
 def _mode_for(item: pytest.Item) -> str:
@@ -74,9 +94,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     found = findings_for(item).of_kind("mixed-devices")
     if found:
         pytest.fail(
-            f"{len(found)} op(s) mixed tensors of several devices (silently "
-            "accepted on CPU/CUDA for 0-dim CPU tensors, a crash or sync on MPS, "
-            "pytorch#142048):\n  " + "\n  ".join(describe(found, item.config.rootpath)),
+            f"{len(found)} op(s) mixed tensors of several devices, which fails "
+            "on a Mac (a CPU tensor beside MPS tensors, or a 0-dim one in a "
+            "kernel that binds it as a Metal buffer):\n  "
+            + "\n  ".join(describe(found, item.config.rootpath)),
             pytrace=False,
         )
     return result

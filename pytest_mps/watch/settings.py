@@ -23,9 +23,11 @@ FALLBACK_HELP = (
 )
 ALLOW_HELP = "ops allowed to fall back to the CPU, one per line (aten::_linalg_svd)"
 MIXED_HELP = (
-    "flag ops whose tensors live on more than one device (0-dim CPU tensors next "
-    "to GPU tensors, pytorch#142048): 'error' fails the test, 'warn' reports, "
-    "'off'. Default: error under --mps, off otherwise."
+    "flag ops whose tensors live on more than one device where a Mac fails (a "
+    "CPU tensor beside GPU tensors; a 0-dim one in a kernel that binds it as a "
+    "Metal buffer, lerp's weight); other 0-dim CPU scalars are noted, never "
+    "failed: 'error' fails the test, 'warn' reports, 'off'. Default: error "
+    "under --mps and --mps-emulate, off otherwise."
 )
 EVERY_OP_HELP = (
     "watch every aten op of a watched test: no skipping of calls known to be "
@@ -47,7 +49,7 @@ MARKERS = (
     "(.item(), copies to the host, nonzero, bool masks, ...), naming the op and "
     "line. On CPU, CPU tensors count as device tensors.",
     "no_mixed_devices: fail the test if an op mixes tensors of several devices "
-    "(e.g. a 0-dim CPU tensor with GPU tensors, pytorch#142048).",
+    "as a Mac refuses (a CPU tensor beside GPU tensors, a 0-dim CPU lerp weight).",
     "mps_memory(max_mb=None, leak_mb=None): report the test's peak device "
     "memory and what it left allocated; fail above max_mb peak or leak_mb left.",
 )
