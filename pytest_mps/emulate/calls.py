@@ -84,6 +84,9 @@ class EmulationMode(TorchFunctionMode):
             torch.Tensor.type_as: self._type_as,
             torch.Tensor.type: self._type,
             torch.Tensor.backward: self._backward,
+            torch.Tensor.untyped_storage: self._untyped_storage,
+            torch.Tensor.data_ptr: self._data_ptr,
+            torch._has_compatible_shallow_copy_type: self._compatible,
         }
 
     def __torch_function__(
@@ -144,6 +147,9 @@ class EmulationMode(TorchFunctionMode):
             self.rules.check_generator(generator, MPS)
         elif func in _RANDOM_FACTORIES:
             options["generator"] = tensor.default_generator
+        # torch.tensor((torch.cos(one), 0.0), device="mps"): C++ reads the
+        # values of the device tensors in the data, which are in their _inner
+        args = tuple(_host_data(a) for a in args)
         out = func(*args, **options)
         if not isinstance(out, torch.Tensor) or tensor.is_emulated(out):
             return out
@@ -152,6 +158,31 @@ class EmulationMode(TorchFunctionMode):
         if out.grad_fn is not None:
             return tensor.to_device(out)
         return tensor.wrap(out.detach(), requires_grad=out.requires_grad)
+
+    def _untyped_storage(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The storage holding the data (safetensors compares its pointers)."""
+        __tracebackhide__ = True
+        if tensor.is_emulated(args[0]):
+            return args[0]._inner.untyped_storage()
+        return torch.Tensor.untyped_storage(*args, **kwargs)
+
+    def _data_ptr(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The address of the first element of the data."""
+        __tracebackhide__ = True
+        if tensor.is_emulated(args[0]):
+            return args[0]._inner.data_ptr()
+        return torch.Tensor.data_ptr(*args, **kwargs)
+
+    def _compatible(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """False between the device and the host, as between MPS and the CPU.
+
+        ``Module._apply`` asks before ``param.data = moved``; on a Mac a move
+        between devices makes new parameters instead, and so it does here.
+        """
+        first, second = (*args, *kwargs.values())[:2]
+        if tensor.is_emulated(first) != tensor.is_emulated(second):
+            return False
+        return torch._has_compatible_shallow_copy_type(first, second)
 
     def _to(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         __tracebackhide__ = True
@@ -273,6 +304,16 @@ class EmulationMode(TorchFunctionMode):
             tensor.replace_data(target, value)
             return None
         return torch.Tensor.data.__set__(target, value)  # type: ignore[attr-defined]
+
+
+def _host_data(value: Any) -> Any:
+    """``value`` with each emulated tensor in it (lists, tuples) as its data."""
+    kind = type(value)
+    if kind is tensor.EmulatedTensor:
+        return value._inner.detach()
+    if kind is list or kind is tuple:
+        return kind(_host_data(item) for item in value)
+    return value
 
 
 def _shares_storage(out: torch.Tensor, args: Sequence[Any]) -> bool:

@@ -232,11 +232,14 @@ COMPILE_WARNING = (
 
 
 def compile_eagerly() -> Callable[..., Any]:
-    """``torch.compile`` that hands back what it is given, with one warning.
+    """``torch.compile`` that runs what it is given eagerly, with one warning.
 
     Dynamo cannot trace the emulated tensors (it asks the C++ accelerator,
     which a Linux build lacks); running eagerly keeps every check of the
-    emulation in place.
+    emulation in place. A module comes back as PyTorch's ``OptimizedModule``
+    with dynamo disabled, so ``_orig_mod``, its ``state_dict`` keys and
+    ``isinstance`` checks are those of a compiled module; a function comes
+    back as it is.
     """
     import warnings
 
@@ -247,7 +250,11 @@ def compile_eagerly() -> Callable[..., Any]:
             warned[0] = True
             warnings.warn(COMPILE_WARNING, UserWarning, stacklevel=2)
         if model is None:
-            return lambda function: function
+            return lambda function: compile(function, **options)
+        if isinstance(model, torch.nn.Module):
+            from torch._dynamo.eval_frame import DisableContext, OptimizedModule
+
+            return OptimizedModule(model, DisableContext())
         return model
 
     return compile

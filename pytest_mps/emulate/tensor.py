@@ -29,6 +29,7 @@ import torch
 
 from pytest_mps.emulate import memory, policy
 from pytest_mps.emulate.policy import CPU, MPS
+from pytest_mps.watch.device_mix import written_positions
 
 #: The running emulation's policy (set by :mod:`.install`), or None.
 current: list[policy.Policy | None] = [None]
@@ -212,7 +213,10 @@ def wrap(inner: torch.Tensor, requires_grad: bool = False) -> Any:
 def _unwrap(value: Any, plain: list[torch.Tensor]) -> Any:
     kind = type(value)
     if kind is EmulatedTensor:
-        return value._inner
+        inner = value._inner
+        if inner.is_conj() or inner.is_neg():
+            return _resolved(inner)
+        return inner
     if kind is list or kind is tuple:
         return kind(_unwrap(item, plain) for item in value)
     if isinstance(value, torch.Tensor):
@@ -254,9 +258,32 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
                 rules.check_generator(given or generator, MPS)
         rules.check_op(func, args, kwargs)
     out = func(*inner_args, **inner_kwargs)
+    if args and type(args[0]) is EmulatedTensor and 0 in written_positions(func):
+        _follow_metadata(args[0])
     if to_host_out:
         return out
+    if torch.is_inference_mode_enabled() and _returns_view(func):
+        # A view of a normal tensor made in inference mode is a normal
+        # tensor sharing its base's version counter: the wrapper must be one
+        # too, or autograd cannot set that counter on it.
+        base = args[0] if args else None
+        if type(base) is EmulatedTensor and not base.is_inference():
+            with torch.inference_mode(False):
+                return _wrap_outputs(out, args)
     return _wrap_outputs(out, args)
+
+
+_view_ops: dict[Any, bool] = {}
+
+
+def _returns_view(func: Any) -> bool:
+    """True for an op whose output aliases its input without writing it."""
+    found = _view_ops.get(func)
+    if found is None:
+        returns = func._schema.returns
+        info = returns[0].alias_info if returns else None
+        found = _view_ops[func] = info is not None and not info.is_write
+    return found
 
 
 class _HostCopies(threading.local):
@@ -275,6 +302,46 @@ class host_copy:
 
     def __exit__(self, *exc: object) -> None:
         _host_copies.depth -= 1
+
+
+def _resolved(inner: torch.Tensor) -> torch.Tensor:
+    """A copy of a lazily conjugated or negated view, its bits applied.
+
+    The CPU kernels an op reaches from ``__torch_dispatch__`` do not apply
+    the view's conj or neg bit (``a * torch.conj(b)`` computed ``a * b``):
+    apply them here, on the bit-free view, as PyTorch's fallback would.
+    """
+    out = inner
+    if out.is_conj():
+        out = torch.conj_physical(out.conj())
+    if out.is_neg():
+        out = torch.neg(out._neg_view())
+    return out
+
+
+def _follow_metadata(wrapper: Any) -> None:
+    """Give ``wrapper`` its data's shape after an in-place metadata op.
+
+    ``unsqueeze_``, ``t_``, ``resize_``, ``set_`` and their family change the
+    shape of the data in ``_inner``; the wrapper's own sizes were fixed when
+    it was made. Point the wrapper at the data's storage with the data's
+    shape, below the Python dispatch, keeping its identity.
+    """
+    inner = wrapper._inner
+    if (
+        wrapper.size() == inner.size()
+        and wrapper.stride() == inner.stride()
+        and wrapper.storage_offset() == inner.storage_offset()
+    ):
+        return
+    with torch._C._DisableTorchDispatch(), torch.no_grad():
+        torch.ops.aten.set_.source_Storage_storage_offset(
+            wrapper,
+            inner.untyped_storage(),
+            inner.storage_offset(),
+            inner.size(),
+            inner.stride(),
+        )
 
 
 _generator_ops: dict[Any, bool] = {}
@@ -403,6 +470,9 @@ def move(tensor: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         return torch.Tensor.to(tensor, **options)
     if device.type == "cpu" and is_emulated(tensor):
         return to_host(tensor, dtype, memory_format)
+    if is_emulated(tensor):
+        # meta (a model emptied for loading), or a real device beside ours
+        return torch.Tensor.to(tensor._inner, *args, **kwargs)
     return torch.Tensor.to(tensor, *args, **kwargs)
 
 
@@ -444,12 +514,23 @@ def _parse_to(
 def replace_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
     """``tensor.data = value`` across the emulated boundary.
 
-    PyTorch would shallow-copy ``value``'s storage into ``tensor``; an emulated
-    tensor has none of its own, so the two Python objects swap contents
-    instead, keeping ``tensor``'s identity, ``requires_grad`` and class role
-    (a ``Parameter`` stays one).
+    PyTorch shallow-copies ``value``'s storage into ``tensor``. Between two
+    tensors on the device with one dtype, the wrapper takes ``value``'s data
+    as its own and follows its shape (:func:`_follow_metadata`), keeping its
+    identity whoever else holds it. Otherwise (a dtype change, a host
+    tensor) the two Python objects swap contents, keeping ``tensor``'s
+    identity, ``requires_grad`` and class role (a ``Parameter`` stays one).
     """
     replacement: Any = value.detach()
+    if (
+        is_emulated(tensor)
+        and is_emulated(replacement)
+        and replacement.dtype == tensor.dtype
+        and replacement.layout == torch.strided
+    ):
+        tensor._inner = replacement._inner  # type: ignore[attr-defined]
+        _follow_metadata(tensor)
+        return
     if is_emulated(replacement):
         replacement = EmulatedTensor(replacement._inner)  # its own wrapper
     else:
