@@ -1,0 +1,375 @@
+"""Third-party test suites, plain and under ``--mps-emulate``: every new failure, read.
+
+A suite that uses the mps device when it is available runs twice in a venv of
+its own, on the CPU and on the emulated MPS device; the outcomes are matched
+per test id (the device's name in the id aside), and every test that passes
+plain and fails emulated is printed with its first error line, grouped by
+that line. Each group is checked against :data:`KNOWN_TRUE`, the MPS
+limitations a Mac has too (the reason and PyTorch's source for each), so the
+script counts true failures and false alarms; a failure raised inside
+pytest-mps itself is counted apart. Not for CI: a run takes minutes to an
+hour and needs the network (or a local copy of the suite).
+
+Usage::
+
+    python benchmarks/real_suites.py kornia [--source DIR] [--paths tests/color ...]
+    python benchmarks/real_suites.py accelerate [--source DIR]
+
+``--source`` takes a checkout or an unpacked sdist (without it, kornia is
+cloned at :data:`SUITES`' pinned commit and accelerate's sdist downloaded
+from PyPI at its pinned version). ``--venv DIR`` reuses a venv (made once
+with torch, pytest, the suite and pytest-mps, editable); ``--workdir`` keeps
+the JUnit files. ``-k`` passes through to pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A third-party suite: where it comes from and how it runs on each side."""
+
+    pin: str  # a git commit (kornia) or a PyPI version (accelerate)
+    paths: tuple[str, ...]
+    plain: tuple[str, ...]  # pytest arguments of the CPU run
+    emulated: tuple[str, ...]  # and of the emulated run
+    requires: tuple[str, ...] = ()
+    device_in_ids: bool = False  # ids name the device: [cpu-float32] / [mps-float32]
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+SUITES = {
+    # kornia's conftest parametrizes by its own --device (cpu, cuda, mps when
+    # torch.backends.mps.is_available()); its tests live only in its repository
+    "kornia": Suite(
+        pin="b4f5a78a1",
+        paths=(
+            "tests/color",
+            "tests/filters",
+            "tests/enhance",
+            "tests/morphology",
+            "tests/losses",
+            "tests/metrics",
+            "tests/geometry/test_homography.py",
+            "tests/geometry/test_depth.py",
+            "tests/geometry/transform/test_imgwarp.py",
+            "tests/augmentation/test_augmentation_mix.py",
+        ),
+        plain=("--device", "cpu", "--dtype", "float32"),
+        emulated=("--mps-emulate", "--device", "mps", "--dtype", "float32"),
+        requires=("kornia_rs", "numpy", "packaging"),
+        device_in_ids=True,
+        extra={"git": "https://github.com/kornia/kornia"},
+    ),
+    # accelerate picks mps itself when torch.backends.mps.is_available(); its
+    # sdist ships the tests
+    "accelerate": Suite(
+        pin="1.15.0",
+        paths=(
+            "tests/test_accelerator.py",
+            "tests/test_big_modeling.py",
+            "tests/test_cpu.py",
+            "tests/test_data_loader.py",
+            "tests/test_grad_sync.py",
+            "tests/test_hooks.py",
+            "tests/test_kwargs_handlers.py",
+            "tests/test_memory_utils.py",
+            "tests/test_modeling_utils.py",
+            "tests/test_optimizer.py",
+            "tests/test_scheduler.py",
+            "tests/test_state_checkpointing.py",
+            "tests/test_utils.py",
+        ),
+        plain=(),
+        emulated=("--mps-emulate",),
+        requires=(
+            "numpy",
+            "packaging",
+            "psutil",
+            "pyyaml",
+            "huggingface_hub",
+            "safetensors",
+            "parameterized",
+            "transformers",
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Limitation:
+    """A failure a Mac has too: what it says, why, and PyTorch's source for it."""
+
+    pattern: str  # a regular expression on the first error line
+    reason: str
+    source: str
+
+
+#: MPS limitations that a Mac shows with the same first line. A new failure
+#: that matches none of them counts as a false alarm until it is read.
+KNOWN_TRUE = (
+    Limitation(
+        r"is not currently implemented for the MPS device",
+        "the op has no MPS kernel in the installed torch",
+        "native_functions.yaml of the wheel; aten/src/ATen/mps/MPSFallback.mm",
+    ),
+    Limitation(
+        r"Cannot convert a MPS Tensor to float64",
+        "MPS holds no float64",
+        "aten/src/ATen/mps/EmptyTensor.cpp",
+    ),
+    Limitation(
+        r"Expected all tensors to be on the same device, but found at least two "
+        r"devices, mps:0 and cpu",
+        "a CPU tensor the code passed into device math (torch.where with a CPU "
+        "condition, a CPU constant)",
+        "aten/src/ATen/TensorIterator.cpp (compute_types)",
+    ),
+    Limitation(
+        r"Placeholder storage has not been allocated on MPS device",
+        "a CPU tensor the code passed to an MPSGraph kernel",
+        "aten/src/ATen/native/mps/OperationUtils.mm (Placeholder)",
+    ),
+    Limitation(
+        r"is on CPU, but expected it to be on GPU",
+        "a CPU tensor passed to a kernel that checks with checkAllSameGPU",
+        "aten/src/ATen/native/mps/operations/LinearAlgebra.mm",
+    ),
+    Limitation(
+        r"Tensor for argument \w+ is on cpu but expected on mps",
+        "a CPU weight, bias or input of linear",
+        "aten/src/ATen/native/mps/operations/Linear.mm",
+    ),
+    Limitation(
+        r"can't convert mps:0 device type tensor to numpy",
+        "numpy() of a device tensor",
+        "torch/csrc/utils/tensor_numpy.cpp",
+    ),
+    Limitation(
+        r"Expected a 'mps' device type for generator but found 'cpu'",
+        "a CPU generator drawing device tensors",
+        "aten/src/ATen/core/Generator.h",
+    ),
+    Limitation(
+        r"Adaptive pool MPS: input sizes must be divisible by output sizes",
+        "adaptive pooling whose input is not a multiple of its output",
+        "aten/src/ATen/native/mps/operations/AdaptivePooling.mm",
+    ),
+    Limitation(
+        r"binds its tensor inputs as Metal buffers",
+        "a 0-dim CPU tensor in a kernel that binds its inputs as Metal buffers: "
+        "a crash on a Mac",
+        "aten/src/ATen/native/mps/operations/Lerp.mm; nanochat PR #145",
+    ),
+)
+
+
+def run(command: list[str], cwd: Path | None = None, timeout: float = 7200) -> None:
+    """Run ``command`` showing it; stop the script if it fails."""
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, cwd=cwd, check=True, timeout=timeout)
+
+
+def fetch(name: str, suite: Suite, workdir: Path) -> Path:
+    """A checkout of the suite at its pin, under ``workdir``."""
+    target = workdir / name
+    if target.exists():
+        return target
+    if "git" in suite.extra:
+        run(["git", "clone", "--filter=blob:none", suite.extra["git"], str(target)])
+        run(["git", "checkout", "-q", suite.pin], cwd=target)
+        return target
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            f"{name}=={suite.pin}",
+            "-d",
+            str(workdir),
+        ]
+    )
+    (archive,) = workdir.glob(f"{name}-{suite.pin}.tar.gz")
+    with tarfile.open(archive) as tar:
+        tar.extractall(workdir, filter="data")
+    (workdir / f"{name}-{suite.pin}").rename(target)
+    return target
+
+
+def make_venv(source: Path, suite: Suite, venv: Path) -> Path:
+    """A venv with this torch, pytest, the suite and pytest-mps (editable)."""
+    import torch
+
+    python = venv / "bin" / "python"
+    if python.exists():
+        return python
+    run([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    run([*pip, f"torch=={torch.__version__.split('+')[0]}"])
+    run([*pip, "pytest", *suite.requires])
+    run([*pip, "--no-deps", "-e", str(source)])
+    run([*pip, "--no-deps", "-e", str(ROOT)])
+    return python
+
+
+@dataclass
+class Outcome:
+    """One test's outcome and its first error line."""
+
+    passed: bool
+    skipped: bool
+    first_line: str = ""
+    in_pytest_mps: bool = False
+
+
+def outcomes(junit: Path, device_in_ids: bool) -> dict[str, Outcome]:
+    """Test id -> outcome, from a JUnit XML file."""
+    found: dict[str, Outcome] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        test_id = f"{case.get('classname')}::{case.get('name')}"
+        if device_in_ids:
+            test_id = re.sub(r"\b(mps|cpu)(:0)?\b", "DEVICE", test_id)
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        skipped = case.find("skipped") is not None
+        if problem is None:
+            found[test_id] = Outcome(passed=not skipped, skipped=skipped)
+            continue
+        text = (problem.get("message") or "") + "\n" + (problem.text or "")
+        found[test_id] = Outcome(
+            passed=False,
+            skipped=False,
+            first_line=first_error_line(text),
+            in_pytest_mps=_raised_in_pytest_mps(problem.text or ""),
+        )
+    return found
+
+
+def first_error_line(text: str) -> str:
+    """The exception's first line, numbers of the test's data left out."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("E ") or re.match(r"^\w+(Error|Exception)\b", stripped):
+            line = stripped.removeprefix("E").strip()
+            return line[:240]
+    return text.strip().splitlines()[0][:240] if text.strip() else "(no message)"
+
+
+def _raised_in_pytest_mps(traceback: str) -> bool:
+    """True when the last frame of the traceback is pytest-mps's own code."""
+    frames = re.findall(r"^(\S+\.py):\d+: ", traceback, flags=re.MULTILINE)
+    return bool(frames) and "pytest_mps" in frames[-1]
+
+
+def classify(line: str) -> Limitation | None:
+    """The known MPS limitation a first error line shows, if any."""
+    for known in KNOWN_TRUE:
+        if re.search(known.pattern, line):
+            return known
+    return None
+
+
+def report(name: str, plain: dict[str, Outcome], emulated: dict[str, Outcome]) -> int:
+    """Print the comparison; return the number of false alarms."""
+    new = {
+        test_id: emulated[test_id]
+        for test_id, outcome in plain.items()
+        if outcome.passed
+        and test_id in emulated
+        and not emulated[test_id].passed
+        and not emulated[test_id].skipped
+    }
+    groups: dict[str, list[str]] = defaultdict(list)
+    for test_id, outcome in sorted(new.items()):
+        groups[outcome.first_line].append(test_id)
+    true = false = ours = 0
+    print(f"\n== {name}: tests that pass on the CPU and fail emulated, by first line")
+    for line, tests in sorted(groups.items(), key=lambda g: -len(g[1])):
+        known = classify(line)
+        inside = sum(1 for t in tests if new[t].in_pytest_mps)
+        ours += inside
+        if known is not None and not inside:
+            true += len(tests)
+            verdict = f"true: {known.reason} [{known.source}]"
+        else:
+            false += len(tests)
+            verdict = "FALSE ALARM" + (
+                f" ({inside} inside pytest_mps)" if inside else ""
+            )
+        print(f"\n{len(tests):4d}  {line}\n      {verdict}")
+        for test_id in tests[:3]:
+            print(f"      {test_id}")
+        if len(tests) > 3:
+            print(f"      ... and {len(tests) - 3} more")
+    ran = sum(1 for o in plain.values() if o.passed)
+    print(
+        f"\n== {name}: {ran} passed on the CPU; {len(new)} of them fail emulated: "
+        f"{true} true MPS limitations, {false} false alarms "
+        f"({ours} raised inside pytest_mps)"
+    )
+    return false
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--source", type=Path, help="a checkout or unpacked sdist")
+    parser.add_argument("--venv", type=Path, help="a venv to make or reuse")
+    parser.add_argument("--workdir", type=Path, help="where clones and results go")
+    parser.add_argument("--paths", nargs="+", help="test paths (default: the pinned)")
+    parser.add_argument("-k", dest="keyword", help="pytest's -k")
+    args = parser.parse_args()
+    suite = SUITES[args.suite]
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"real-{args.suite}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = args.source or fetch(args.suite, suite, workdir)
+    python = make_venv(source, suite, args.venv or workdir / "venv")
+    paths = args.paths or list(suite.paths)
+    common = [
+        "-m",
+        "pytest",
+        *paths,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--tb=short",
+    ]
+    if args.keyword:
+        common += ["-k", args.keyword]
+    results = {}
+    for side, extra in (("plain", suite.plain), ("emulated", suite.emulated)):
+        junit = workdir / f"{args.suite}-{side}.xml"
+        start = time.perf_counter()
+        command = [str(python), *common, *extra, f"--junitxml={junit}"]
+        print("$", " ".join(command), flush=True)
+        subprocess.run(command, cwd=source, timeout=7200, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+        results[side] = outcomes(junit, suite.device_in_ids)
+        print(f"{side}: {len(results[side])} tests in {seconds:.0f} s")
+    report(args.suite, results["plain"], results["emulated"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
