@@ -4,7 +4,7 @@ Each test here is a class of code that a Mac runs and that the emulation once
 failed on real suites (kornia, accelerate, nanochat): the user's file is run
 under ``--mps-emulate`` and every test in it must pass, with the CPU's numbers
 where numbers are compared. The classes a Mac runs that the emulation still
-cannot (``torch.device(0)``, lazy modules) are strict xfails, so
+cannot (lazy modules) are strict xfails, so
 the day one passes the list shrinks.
 """
 
@@ -128,9 +128,10 @@ def test_dtype_round_trip_of_a_module():
     assert m[0].weight.dtype == torch.float32 and on_device(m[0].weight)
 
 
-@pytest.mark.xfail(strict=True, reason="torch.device(0) asks C++ for the accelerator")
-def test_device_index_is_the_accelerator():
-    assert torch.device(0).type == "mps"
+def test_a_bare_device_index_is_the_accelerator():
+    assert torch.device(0) == torch.device("mps", 0)
+    assert isinstance(torch.device(0), torch.device)
+    assert torch.ones(2, device=torch.device(0)).is_mps
 
 
 @pytest.mark.xfail(strict=True, reason="an uninitialized parameter cannot be wrapped")
@@ -154,7 +155,7 @@ def test_torchscript_makes_tensors_on_its_inputs_device():
 def test_correct_mac_code_runs_emulated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mac_code=MAC_CODE)
     result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=18, xfailed=2)
+    result.assert_outcomes(passed=19, xfailed=1)
 
 
 def test_the_same_code_runs_on_the_cpu(pytester: pytest.Pytester) -> None:
@@ -165,6 +166,6 @@ def test_the_same_code_runs_on_the_cpu(pytester: pytest.Pytester) -> None:
         "-p",
         "no:cacheprovider",
         "-k",
-        "not compile and not device_index and not lazy_module",
+        "not compile and not bare_device_index and not lazy_module",
     )
     result.assert_outcomes(passed=17, deselected=3)

@@ -152,6 +152,37 @@ def generator_class(original: Any) -> Any:
     return Generator
 
 
+def device_class(original: Any) -> Any:
+    """``torch.device`` whose bare index names the emulated accelerator.
+
+    ``torch.device(0)`` asks C++ for the current accelerator (mps:0 on a Mac;
+    a Linux CPU build has none and raises); accelerate's ``device_map={"": 0}``
+    relies on it. Every other form is PyTorch's own, and what comes back is
+    always a real ``torch.device``, for which ``isinstance`` stays true.
+    """
+
+    class Meta(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, original)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, original)
+
+    class device(metaclass=Meta):
+        __doc__ = original.__doc__
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if (
+                len(args) == 1
+                and not kwargs
+                and type(args[0]) is int  # a bool is no index
+            ):
+                return original("mps", args[0])
+            return original(*args, **kwargs)
+
+    return device
+
+
 def grouping(original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch._C._group_tensors_by_device_and_dtype``, keyed by mps for ours.
 
@@ -408,6 +439,7 @@ class Emulation:
         for name, function in self.runtime.functions().items():
             self._set(torch._C, name, function)
         self._set(torch, "Generator", generator_class(torch.Generator))
+        self._set(torch, "device", device_class(torch.device))
         self._set(torch, "compile", compile_eagerly())
         self._set(
             torch._C,
