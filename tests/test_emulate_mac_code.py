@@ -134,6 +134,24 @@ def test_a_bare_device_index_is_the_accelerator():
     assert torch.ones(2, device=torch.device(0)).is_mps
 
 
+def test_devices_pickle_as_pytorchs():
+    import pickle
+
+    d = pickle.loads(pickle.dumps(torch.device(DEV, 0)))
+    assert d == torch.device(DEV, 0) and type(d) is type(torch.ones(1).device)
+    assert pickle.loads(pickle.dumps(torch.device)) is torch.device
+
+
+def test_a_parameter_rebuilt_from_its_type():
+    # accelerate's set_module_tensor_to_device, transformers' loading
+    m = nn.Linear(2, 2).to(DEV)
+    param_cls = type(m.weight)
+    for value in (torch.zeros(2, 2, device="meta"), torch.ones(2, 2, device=DEV)):
+        rebuilt = param_cls(value, requires_grad=False)
+        assert isinstance(rebuilt, nn.Parameter) and not rebuilt.requires_grad
+        assert rebuilt.device.type == value.device.type
+
+
 @pytest.mark.xfail(strict=True, reason="an uninitialized parameter cannot be wrapped")
 def test_lazy_module_moves_before_its_first_call():
     m = nn.LazyLinear(4).to(DEV)
@@ -155,7 +173,7 @@ def test_torchscript_makes_tensors_on_its_inputs_device():
 def test_correct_mac_code_runs_emulated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mac_code=MAC_CODE)
     result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=19, xfailed=1)
+    result.assert_outcomes(passed=21, xfailed=1)
 
 
 def test_the_same_code_runs_on_the_cpu(pytester: pytest.Pytester) -> None:
@@ -168,4 +186,4 @@ def test_the_same_code_runs_on_the_cpu(pytester: pytest.Pytester) -> None:
         "-k",
         "not compile and not bare_device_index and not lazy_module",
     )
-    result.assert_outcomes(passed=17, deselected=3)
+    result.assert_outcomes(passed=19, deselected=3)

@@ -18,6 +18,7 @@ restores every attribute it replaced.
 
 from __future__ import annotations
 
+import copyreg
 import os
 import threading
 import time
@@ -169,7 +170,11 @@ def device_class(original: Any) -> Any:
             return issubclass(sub, original)
 
     class device(metaclass=Meta):
+        # pickled by name, as torch.device: a load without the emulation
+        # finds PyTorch's own (see reduce_device)
         __doc__ = original.__doc__
+        __module__ = "torch"
+        __qualname__ = "device"
 
         def __new__(cls, *args: Any, **kwargs: Any) -> Any:
             if (
@@ -181,6 +186,16 @@ def device_class(original: Any) -> Any:
             return original(*args, **kwargs)
 
     return device
+
+
+def reduce_device(value: Any) -> tuple[Any, tuple[Any, ...]]:
+    """Pickle a ``torch.device`` as a call of ``torch.device`` by name.
+
+    PyTorch's own reduction names its C type, which pickle cannot find under
+    ``torch.device`` while :func:`device_class` stands there.
+    """
+    args = (value.type,) if value.index is None else (value.type, value.index)
+    return torch.device, args
 
 
 def grouping(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -419,9 +434,14 @@ class Emulation:
         self.budget = budget
         self.runtime = Runtime(macos, budget)
         self.saved: list[tuple[Any, str, Any]] = []
+        self.saved_items: list[tuple[dict[Any, Any], Any, Any]] = []
         self.mode: calls.EmulationMode | None = None
         self.serialization: serialization.Patches | None = None
         self.autocast: AutocastPatch | None = None
+
+    def _set_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        self.saved_items.append((table, key, table.get(key, _MISSING)))
+        table[key] = value
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
         self.saved.append((owner, name, getattr(owner, name, _MISSING)))
@@ -439,6 +459,7 @@ class Emulation:
         for name, function in self.runtime.functions().items():
             self._set(torch._C, name, function)
         self._set(torch, "Generator", generator_class(torch.Generator))
+        self._set_item(copyreg.dispatch_table, torch.device, reduce_device)
         self._set(torch, "device", device_class(torch.device))
         self._set(torch, "compile", compile_eagerly())
         self._set(
@@ -484,6 +505,12 @@ class Emulation:
             else:
                 setattr(owner, name, value)
         self.saved.clear()
+        for table, key, value in reversed(self.saved_items):
+            if value is _MISSING:
+                table.pop(key, None)
+            else:
+                table[key] = value
+        self.saved_items.clear()
         if self.runtime.events:
             # Events made under the emulation and still alive call
             # _mps_releaseEvent when collected: release ours quietly until

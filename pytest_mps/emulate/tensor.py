@@ -66,7 +66,18 @@ class EmulatedTensor(torch.Tensor):
     _inner: torch.Tensor
 
     @staticmethod
-    def __new__(cls, inner: torch.Tensor, requires_grad: bool = False) -> Any:
+    def __new__(cls, data: Any = None, requires_grad: bool = True) -> Any:
+        """``type(param)(value, requires_grad=...)``: a ``Parameter`` of ``value``.
+
+        On a Mac the type of a device parameter is ``Parameter``, and
+        accelerate and transformers rebuild parameters by calling it; here
+        the type is this class, so calling it does what ``Parameter`` does.
+        The emulation itself makes its tensors with :meth:`of`.
+        """
+        return torch.nn.Parameter(data, requires_grad)
+
+    @classmethod
+    def of(cls, inner: torch.Tensor, requires_grad: bool = False) -> Any:
         """Wrap ``inner`` (a plain CPU tensor) without copying it."""
         __tracebackhide__ = True
         budget = memory.current[0]
@@ -180,7 +191,7 @@ class EmulatedTensor(torch.Tensor):
     def __tensor_unflatten__(
         inner: Mapping[str, torch.Tensor], meta: Any, size: Any, stride: Any
     ) -> Any:
-        return EmulatedTensor(inner["_inner"])
+        return EmulatedTensor.of(inner["_inner"])
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
@@ -207,7 +218,7 @@ def wrap(inner: torch.Tensor, requires_grad: bool = False) -> Any:
         error = found.dtype_error(inner.dtype)
         if error is not None:
             raise error
-    return EmulatedTensor(inner, requires_grad)
+    return EmulatedTensor.of(inner, requires_grad)
 
 
 def _unwrap(value: Any, plain: list[torch.Tensor]) -> Any:
@@ -532,7 +543,7 @@ def replace_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
         _follow_metadata(tensor)
         return
     if is_emulated(replacement):
-        replacement = EmulatedTensor(replacement._inner)  # its own wrapper
+        replacement = EmulatedTensor.of(replacement._inner)  # its own wrapper
     else:
         replacement = replacement.clone()
     replacement.requires_grad_(tensor.requires_grad)
