@@ -19,13 +19,15 @@ Usage::
 cloned at :data:`SUITES`' pinned commit and accelerate's sdist downloaded
 from PyPI at its pinned version). ``--venv DIR`` reuses a venv (made once
 with torch, pytest, the suite and pytest-mps, editable); ``--workdir`` keeps
-the JUnit files. ``-k`` passes through to pytest.
+the JUnit files. ``-k`` passes through to pytest. ``--pairs N`` runs both
+sides N times, interleaved, and prints the ratio of their wall times.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -105,6 +107,8 @@ SUITES = {
             "safetensors",
             "parameterized",
             "transformers",
+            "pytest-subtests",
+            "pytest-order",
         ),
     ),
 }
@@ -337,6 +341,12 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, help="where clones and results go")
     parser.add_argument("--paths", nargs="+", help="test paths (default: the pinned)")
     parser.add_argument("-k", dest="keyword", help="pytest's -k")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="run plain and emulated this many times, interleaved, for the time ratio",
+    )
     args = parser.parse_args()
     suite = SUITES[args.suite]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"real-{args.suite}-"))
@@ -357,16 +367,26 @@ def main() -> int:
     ]
     if args.keyword:
         common += ["-k", args.keyword]
-    results = {}
-    for side, extra in (("plain", suite.plain), ("emulated", suite.emulated)):
-        junit = workdir / f"{args.suite}-{side}.xml"
-        start = time.perf_counter()
-        command = [str(python), *common, *extra, f"--junitxml={junit}"]
-        print("$", " ".join(command), flush=True)
-        subprocess.run(command, cwd=source, timeout=7200, stdout=subprocess.DEVNULL)
-        seconds = time.perf_counter() - start
-        results[side] = outcomes(junit, suite.device_in_ids)
-        print(f"{side}: {len(results[side])} tests in {seconds:.0f} s")
+    results: dict[str, dict[str, Outcome]] = {}
+    ratios = []
+    for pair in range(args.pairs):
+        seconds = {}
+        for side, extra in (("plain", suite.plain), ("emulated", suite.emulated)):
+            junit = workdir / f"{args.suite}-{side}.xml"
+            start = time.perf_counter()
+            command = [str(python), *common, *extra, f"--junitxml={junit}"]
+            print("$", " ".join(command), flush=True)
+            subprocess.run(command, cwd=source, timeout=7200, stdout=subprocess.DEVNULL)
+            seconds[side] = time.perf_counter() - start
+            if pair == 0:
+                results[side] = outcomes(junit, suite.device_in_ids)
+            print(f"pair {pair + 1} {side}: {seconds[side]:.0f} s", flush=True)
+        ratios.append(seconds["emulated"] / seconds["plain"])
+    print(
+        f"emulated / plain time, {len(ratios)} interleaved pair(s): "
+        + ", ".join(f"{r:.2f}x" for r in ratios)
+        + f"; median {statistics.median(ratios):.2f}x"
+    )
     report(args.suite, results["plain"], results["emulated"])
     return 0
 
