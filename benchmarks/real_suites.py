@@ -174,6 +174,12 @@ KNOWN_TRUE = (
         "aten/src/ATen/native/mps/operations/AdaptivePooling.mm",
     ),
     Limitation(
+        r"must be on the same device\. Got patch\.device: mps:0 src_H_dst\.device: cpu",
+        "kornia's own device check: the test leaves its registration model on the "
+        "CPU (no .to(device)) and warps device images with it",
+        "kornia/geometry/transform/imgwarp.py (homography_warp)",
+    ),
+    Limitation(
         r"binds its tensor inputs as Metal buffers",
         "a 0-dim CPU tensor in a kernel that binds its inputs as Metal buffers: "
         "a crash on a Mac",
@@ -309,9 +315,11 @@ def report(name: str, plain: dict[str, Outcome], emulated: dict[str, Outcome]) -
     print(f"\n== {name}: tests that pass on the CPU and fail emulated, by first line")
     for line, tests in sorted(groups.items(), key=lambda g: -len(g[1])):
         known = classify(line)
-        inside = sum(1 for t in tests if new[t].in_pytest_mps)
+        # PyTorch's messages that the emulation raises itself come from
+        # pytest_mps by design; an unknown one raised there is our bug
+        inside = 0 if known is not None else sum(new[t].in_pytest_mps for t in tests)
         ours += inside
-        if known is not None and not inside:
+        if known is not None:
             true += len(tests)
             verdict = f"true: {known.reason} [{known.source}]"
         else:

@@ -128,6 +128,17 @@ def test_dtype_round_trip_of_a_module():
     assert m[0].weight.dtype == torch.float32 and on_device(m[0].weight)
 
 
+def test_torchscript_that_picks_a_dtype_by_the_device():
+    # kornia's _torch_solve_cast: float64 except on mps. Under the emulation
+    # TorchScript sees the CPU and picks float64, which is not judged there.
+    @torch.jit.script
+    def total(a: torch.Tensor) -> torch.Tensor:
+        dtype = torch.float32 if a.device.type == "mps" else torch.float64
+        return a.to(dtype).sum().to(a.dtype)
+
+    assert total(torch.ones(3, device=DEV)).cpu().item() == 3.0
+
+
 def test_a_bare_device_index_is_the_accelerator():
     assert torch.device(0) == torch.device("mps", 0)
     assert isinstance(torch.device(0), torch.device)
@@ -173,7 +184,7 @@ def test_torchscript_makes_tensors_on_its_inputs_device():
 def test_correct_mac_code_runs_emulated(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mac_code=MAC_CODE)
     result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=21, xfailed=1)
+    result.assert_outcomes(passed=22, xfailed=1)
 
 
 def test_the_same_code_runs_on_the_cpu(pytester: pytest.Pytester) -> None:
@@ -186,4 +197,4 @@ def test_the_same_code_runs_on_the_cpu(pytester: pytest.Pytester) -> None:
         "-k",
         "not compile and not bare_device_index and not lazy_module",
     )
-    result.assert_outcomes(passed=19, deselected=3)
+    result.assert_outcomes(passed=20, deselected=3)

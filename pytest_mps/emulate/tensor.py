@@ -210,11 +210,11 @@ def is_emulated(value: object) -> bool:
     return type(value) is EmulatedTensor
 
 
-def wrap(inner: torch.Tensor, requires_grad: bool = False) -> Any:
+def wrap(inner: torch.Tensor, requires_grad: bool = False, check: bool = True) -> Any:
     """An emulated tensor holding ``inner``; TypeError as on MPS for its dtype."""
     __tracebackhide__ = True
     found = current[0]
-    if found is not None:
+    if found is not None and check:
         error = found.dtype_error(inner.dtype)
         if error is not None:
             raise error
@@ -370,6 +370,10 @@ def _takes_generator(func: Any) -> bool:
 def _wrap_outputs(out: Any, args: Sequence[Any]) -> Any:
     # An op that returns one of its arguments (add_, copy_ into a CPU tensor)
     # returns that very object; anything new is on the device.
+    __tracebackhide__ = True
+    # With no torch call seen (TorchScript, whose x.device is the CPU and
+    # whose code may pick float64 for it), the dtype is not judged.
+    check = policy.current_call() is not None
     known: dict[int, Any] = {}
     for arg in args:
         if type(arg) is EmulatedTensor:
@@ -378,11 +382,12 @@ def _wrap_outputs(out: Any, args: Sequence[Any]) -> Any:
             known[id(arg)] = arg
 
     def one(value: Any) -> Any:
+        __tracebackhide__ = True
         if isinstance(value, torch.Tensor):
             same = known.get(id(value))
             if same is not None:
                 return same
-            return wrap(value)
+            return wrap(value, check=check)
         return value
 
     if type(out) is tuple or type(out) is list:
