@@ -31,7 +31,7 @@ import torch.utils._device as _device
 from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import policy, tensor
+from pytest_mps.emulate import lazy, policy, tensor
 from pytest_mps.emulate.policy import CPU, MPS
 
 #: torch/csrc/utils/tensor_new.cpp, new_tensor of a tensor (UserWarning).
@@ -87,6 +87,7 @@ class EmulationMode(TorchFunctionMode):
             torch.Tensor.untyped_storage: self._untyped_storage,
             torch.Tensor.data_ptr: self._data_ptr,
             torch._has_compatible_shallow_copy_type: self._compatible,
+            torch.Tensor.device.__get__: self._device,
         }
 
     def __torch_function__(
@@ -172,6 +173,13 @@ class EmulationMode(TorchFunctionMode):
         if tensor.is_emulated(args[0]):
             return args[0]._inner.data_ptr()
         return torch.Tensor.data_ptr(*args, **kwargs)
+
+    def _device(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """``t.device``: mps for an uninitialized tensor moved to the device."""
+        __tracebackhide__ = True
+        if lazy.is_lazy(args[0]) and lazy.on_device(args[0]):
+            return MPS
+        return torch.Tensor.device.__get__(*args)
 
     def _compatible(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """False between the device and the host, as between MPS and the CPU.

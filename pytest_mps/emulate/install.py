@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from pytest_mps.audit import ops as mps_ops
-from pytest_mps.emulate import calls, memory, policy, serialization, tensor
+from pytest_mps.emulate import calls, lazy, memory, policy, serialization, tensor
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -438,6 +438,7 @@ class Emulation:
         self.mode: calls.EmulationMode | None = None
         self.serialization: serialization.Patches | None = None
         self.autocast: AutocastPatch | None = None
+        self.lazy: lazy.Patches | None = None
 
     def _set_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
         self.saved_items.append((table, key, table.get(key, _MISSING)))
@@ -476,6 +477,7 @@ class Emulation:
         _clear_caches(torch.backends.mps)
         self.serialization = serialization.Patches(tensor.wrap)
         self.autocast = AutocastPatch()
+        self.lazy = lazy.Patches()
         from pytest_mps.watch import device_mix
 
         device_mix.on_host[0] = policy.on_host
@@ -493,6 +495,9 @@ class Emulation:
         if self.serialization is not None:
             self.serialization.undo()
             self.serialization = None
+        if self.lazy is not None:
+            self.lazy.undo()
+            self.lazy = None
         if self.autocast is not None:
             self.autocast.undo()
             self.autocast = None

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
 from pytest_mps.audit import ops as mps_ops
 from pytest_mps.audit import rules as audit_rules
@@ -128,7 +129,11 @@ class Call:
                 # a Parameter too (a model left on the CPU); an emulated
                 # tensor says mps
                 if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
-                    if leaf.layout == torch.strided:
+                    # an uninitialized parameter (a lazy module's, in
+                    # deepcopy's memo) has no storage to read
+                    if leaf.layout == torch.strided and not isinstance(
+                        leaf, UninitializedTensorMixin
+                    ):
                         found.add(leaf.untyped_storage().data_ptr())
             found.discard(0)
             self.storages = frozenset(found)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import memory, policy
+from pytest_mps.emulate import lazy, memory, policy
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.watch.device_mix import written_positions
 
@@ -471,6 +471,8 @@ def move(tensor: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     copy = bool(kwargs.get("copy", False))
     if device is None:
         device = tensor.device
+    if lazy.is_lazy(tensor):
+        return lazy.move(tensor, device, dtype)
     if device.type == "mps":
         if not is_emulated(tensor):
             if dtype is not None and dtype != tensor.dtype:
