@@ -38,6 +38,7 @@ from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-def
 
 from pytest_mps.audit import ops as mps_ops
 from pytest_mps.audit import rules as audit_rules
+from pytest_mps.watch.device_mix import written_positions
 
 MPS = torch.device("mps", 0)
 CPU = torch.device("cpu")
@@ -161,19 +162,12 @@ def exempt_positions() -> dict[Any, frozenset[int] | None]:
     indexing moves CPU indices to the indexed tensor's device
     (TensorAdvancedIndexing.cpp, ``make_info``).
     """
-    from pytest_mps.watch.device_mix import exempt_ops
+    from pytest_mps.watch.device_mix import exempt_ops, host_positions
 
-    aten = torch.ops.aten
-    # the mixed-device guard's own list: copies, and the attention backwards
-    # taking their seed on the host
+    # the mixed-device guard's own lists: copies (and the attention backwards
+    # taking their seed on the host), then indices and fill values
     found: dict[Any, frozenset[int] | None] = dict.fromkeys(exempt_ops())
-    for op in (
-        aten.index.Tensor,
-        aten.index_put.default,
-        aten.index_put_.default,
-        aten._index_put_impl_.default,
-    ):
-        found[op] = frozenset({1})
+    found.update(host_positions())
     return found
 
 
@@ -260,7 +254,7 @@ class Policy:
         exempt = self.exempt.get(func, frozenset())
         if exempt is None:
             return
-        mutated = _mutated_positions(func)
+        mutated = written_positions(func)
         call = current_call()
         self._check_buffer_scalars(func, args, kwargs, is_emulated)
         operands: list[tuple[torch.device, bool]] = []  # (device, is an output)
@@ -389,21 +383,6 @@ def on_host(tensor: torch.Tensor) -> bool:
     if call is None or tensor.layout != torch.strided:
         return True
     return tensor.untyped_storage().data_ptr() in call.user_storages()
-
-
-_mutated: dict[Any, frozenset[int]] = {}
-
-
-def _mutated_positions(func: Any) -> frozenset[int]:
-    """The positions of the arguments ``func`` writes to (``self`` of ``add_``)."""
-    found = _mutated.get(func)
-    if found is None:
-        found = _mutated[func] = frozenset(
-            i
-            for i, argument in enumerate(func._schema.arguments)
-            if argument.alias_info is not None and argument.alias_info.is_write
-        )
-    return found
 
 
 def raised(verdict: audit_rules.Verdict) -> Exception:
