@@ -325,13 +325,14 @@ def test_each_rule_says_what_decided_it_and_how_sure_it_is(
     assert (pool["outcome"], pool["rule"], pool["certainty"]) == (
         "raises",
         "argument rule",
-        "likely",
+        "certain",  # PyTorch's own TORCH_CHECK (audit/kernels.py)
     )
     assert "pytorch#96056" in pool["source"]
+    assert "AdaptivePooling.mm" in pool["source"]
     assert tests["test_rules.py::test_pool_divisible"] == []
     conv = only("test_int_conv")
     assert conv["name"] == "aten::convolution" and conv["outcome"] == "raises"
-    assert "common_mps.py" in conv["source"]
+    assert "Convolution.mm" in conv["source"]
     assert tests["test_rules.py::test_pinverse_tolerance_is_a_cpu_scalar"] == []
     double = only("test_double")
     assert (double["name"], double["rule"]) == ("torch.float64", "dtype")

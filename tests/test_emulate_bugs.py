@@ -96,8 +96,8 @@ def test_each_classic_bug_fails_under_emulation_with_pytorchs_message(
             "found at least two devices, mps:0 and cpu!",
             "*test_bugs.py:14: in test_a_model_left_on_the_cpu",
             "*",
-            "E   RuntimeError: Placeholder storage has not been allocated on MPS "
-            "device!",
+            "E   RuntimeError: Tensor for argument weight is on cpu but expected on "
+            "mps",
             "*test_bugs.py:18: in test_a_numpy_array_of_float64",
             "E   TypeError: Cannot convert a MPS Tensor to float64 dtype as the MPS "
             "framework doesn't support float64. Please use float32 instead.",

@@ -138,7 +138,7 @@ class Recorder:
         self.tensor = torch.Tensor
         self.dtype = torch.dtype
         self.bad = _unsupported_dtypes(macos)
-        self.rules = argument_rules(lambda op: table.predict(op).outcome)
+        self.rules = argument_rules(lambda op: table.predict(op).outcome, macos)
         # PyTorch's MPS test lists, attributed to (op, dtype, ...) keys
         self.expected: Mapping[str, Any] = expected or {}
         self.expected_ops = frozenset(k.partition("|")[0] for k in self.expected)

@@ -72,43 +72,6 @@ Call = tuple[Any, Sequence[Any], Mapping[str, Any]]
 
 
 # AdaptivePooling.mm, set_kernel_params (TORCH_CHECK_NOT_IMPLEMENTED).
-_POOL_MESSAGE = (
-    "Adaptive pool MPS: {a} sizes must be divisible by {b} sizes. Non-divisible "
-    "input sizes are not implemented on MPS device yet. For now, you can manually "
-    "transfer tensor to cpu in this case. Please refer to [this issue]"
-    "(https://github.com/pytorch/pytorch/issues/96056)"
-)
-_POOL_SOURCE = (
-    "aten/src/ATen/native/mps/operations/AdaptivePooling.mm: 'Adaptive pool "
-    "MPS: input sizes must be divisible by output sizes' (pytorch#96056)"
-)
-
-
-def _adaptive_pool(
-    args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
-) -> Verdict | None:
-    tensor, size = args[0], args[1] if len(args) > 1 else kwargs.get("output_size")
-    if size is None:
-        return None
-    spatial = tuple(tensor.shape[-len(size) :])
-    for have, want in zip(spatial, size, strict=True):
-        want = have if want is None else int(want)
-        small, large = sorted((have, want))
-        if small and large % small:
-            return Verdict(
-                RAISES,
-                f"input size {spatial} is not divisible by output size "
-                f"{tuple(size)}: MPS refuses non-divisible adaptive pooling",
-                _POOL_SOURCE,
-                message=_POOL_MESSAGE.format(
-                    a="input" if have >= want else "output",
-                    b="output" if have >= want else "input",
-                ),
-                error="NotImplementedError",
-            )
-    return None
-
-
 _SVD_FALLBACK_SOURCE = (
     "aten/src/ATen/mps/MPSFallback.mm registers a CPU fallback for linalg_svd "
     "alone; native_functions.yaml gives _linalg_svd no MPS kernel"
@@ -209,14 +172,9 @@ _CONV_SOURCE = "torch/testing/_internal/common_mps.py UNIMPLEMENTED_XFAILLIST"
 def _convolution(
     args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
 ) -> Verdict | None:
+    # integer inputs, conv3d on old macOS and wide outputs: kernels.KERNEL_RULES
     tensor = args[0]
     dtype = str(tensor.dtype).removeprefix("torch.")
-    if not (tensor.is_floating_point() or tensor.is_complex()):
-        return Verdict(
-            RAISES,
-            f"convolution of {dtype}: integral types are not supported on MPS",
-            f"{_CONV_SOURCE} nn.functional.conv1d/conv2d/conv_transpose*: [int64]",
-        )
     transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
     dims = tensor.dim() - 2
     if transposed and (
@@ -237,7 +195,6 @@ def _convolution(
 ARGUMENT_RULES: dict[
     str, Callable[[Sequence[Any], Mapping[str, Any], Call | None], Verdict | None]
 ] = {
-    "aten::_adaptive_avg_pool2d": _adaptive_pool,
     "aten::_linalg_svd": _svd,
     "aten::convolution": _convolution,
 }
@@ -250,21 +207,59 @@ ARGUMENT_RULES: dict[
 WHILE_NO_KERNEL = frozenset({"aten::_linalg_svd"})
 
 
+Rule = Callable[[Sequence[Any], Mapping[str, Any], Call | None], Verdict | None]
+
+
 def argument_rules(
     outcome_of: Callable[[str], str],
-) -> dict[
-    str, Callable[[Sequence[Any], Mapping[str, Any], Call | None], Verdict | None]
-]:
-    """:data:`ARGUMENT_RULES` that hold for the installed torch.
+    macos: tuple[int, int] = (99, 0),
+    torch_version: str | None = None,
+) -> dict[str, Rule]:
+    """The argument rules that hold for the installed torch and ``macos``.
 
+    :data:`ARGUMENT_RULES` and the kernel table (:mod:`.kernels`), one rule
+    per op: the table's rules for an op are tried first, in order.
     ``outcome_of(op)`` is the op table's outcome for an op; a rule of
     :data:`WHILE_NO_KERNEL` is left out once it is not a fallback there.
+    ``torch_version`` defaults to the installed torch's.
     """
-    return {
+    from pytest_mps.audit import kernels
+
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    found: dict[str, Rule] = {
         op: rule
         for op, rule in ARGUMENT_RULES.items()
         if op not in WHILE_NO_KERNEL or outcome_of(op) == FALLBACK
     }
+    table = kernels.rules_for(kernels.torch_release(torch_version), macos)
+    for op, listed in table.items():
+        found[op] = _kernel_rule(listed, found.get(op))
+    return found
+
+
+def _kernel_rule(listed: tuple[Any, ...], then: Rule | None) -> Rule:
+    """One rule trying the kernel table's ``listed`` rules, then ``then``."""
+
+    def rule(
+        args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
+    ) -> Verdict | None:
+        for entry in listed:
+            message = entry.test(args, kwargs)
+            if message is not None:
+                return Verdict(
+                    RAISES,
+                    f"MPS refuses {entry.refuses}: {message.strip()}",
+                    entry.source,
+                    CERTAIN,
+                    message,
+                    entry.error,
+                )
+        return then(args, kwargs, call) if then is not None else None
+
+    return rule
 
 
 # -- call rules: what the aten ops on the CPU do not show ------------------------------
@@ -277,33 +272,85 @@ _LINEAR_SOURCE = (
 )
 
 
+_LINEAR_PLACEMENT = (
+    "aten/src/ATen/native/mps/operations/Linear.mm _mps_linear: 'Tensor for "
+    "argument ... is on ... but expected on mps'"
+)
+
+
+def _device_type(value: Any) -> str | None:
+    device = getattr(value, "device", None)
+    return getattr(device, "type", None)
+
+
 def _linear(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
     # On the CPU linear decomposes into addmm/matmul, which MPS has for
-    # integers too; on MPS linear has a kernel of its own that refuses them.
+    # integers too; on MPS linear has a kernel of its own (_mps_linear) that
+    # refuses them and checks each tensor's device, in this order.
     named = (
-        ("inputs", args[0] if args else kwargs.get("input")),
-        ("weights", args[1] if len(args) > 1 else kwargs.get("weight")),
+        ("input", "inputs", args[0] if args else kwargs.get("input")),
+        ("weight", "weights", args[1] if len(args) > 1 else kwargs.get("weight")),
+        ("bias", "bias", args[2] if len(args) > 2 else kwargs.get("bias")),
     )
-    for role, value in named:
+    on_mps = any(_device_type(value) == "mps" for _, _, value in named)
+    for name, role, value in named:
         dtype = getattr(value, "dtype", None)
-        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
-            name = str(dtype).removeprefix("torch.")
+        if dtype is None:
+            continue
+        floating = dtype.is_floating_point or dtype.is_complex
+        checks = [("dtype", floating), ("device", _device_type(value) == "mps")]
+        if name == "bias":
+            checks.reverse()
+        for check, fine in checks:
+            if fine or (check == "device" and not on_mps):
+                continue
+            if check == "dtype":
+                kind = str(dtype).removeprefix("torch.")
+                return Verdict(
+                    RAISES,
+                    f"linear of {kind} {role}: MPS device does not support linear "
+                    f"for non-float {role}",
+                    _LINEAR_SOURCE,
+                    CERTAIN,
+                    f"MPS device does not support linear for non-float {role}",
+                )
+            where = getattr(value, "device", "cpu")
+            message = f"Tensor for argument {name} is on {where} but expected on mps"
             return Verdict(
-                RAISES,
-                f"linear of {name} {role}: MPS device does not support linear "
-                f"for non-float {role}",
-                _LINEAR_SOURCE,
-                CERTAIN,
-                f"MPS device does not support linear for non-float {role}",
+                RAISES, f"linear: {message}", _LINEAR_PLACEMENT, CERTAIN, message
             )
     return None
+
+
+_LSTM_SOURCE = (
+    "aten/src/ATen/native/mps/operations/RnnOps.mm _lstm_mps: 'LSTM with "
+    "projections is not currently supported with MPS.'"
+)
+
+
+def _lstm(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
+    # torch.lstm(input, (h0, c0), ...): nn.LSTM(proj_size=p) gives h0 a last
+    # size of p and c0 one of hidden_size; _lstm_mps compares the two.
+    hx = args[1] if len(args) > 1 else kwargs.get("hx")
+    if not isinstance(hx, (list, tuple)) or len(hx) != 2:
+        return None
+    h0, c0 = hx
+    if _device_type(h0) != "mps" or h0.dim() < 3 or h0.shape[2] == c0.shape[2]:
+        return None
+    message = "LSTM with projections is not currently supported with MPS."
+    return Verdict(
+        RAISES, f"nn.LSTM(proj_size=...): {message}", _LSTM_SOURCE, CERTAIN, message
+    )
 
 
 def call_rules() -> dict[Any, tuple[str, Callable[..., Verdict | None]]]:
     """Rules read off torch API calls: function -> (the aten op on MPS, rule)."""
     import torch
 
-    return {torch.nn.functional.linear: ("aten::linear", _linear)}
+    return {
+        torch.nn.functional.linear: ("aten::linear", _linear),
+        torch.lstm: ("aten::_lstm_mps", _lstm),
+    }
 
 
 # -- dtypes ----------------------------------------------------------------------------

@@ -65,6 +65,15 @@ TWO_DEVICES = (
     "Expected all tensors to be on the same device, but found at least two "
     "devices, {first} and {second}!"
 )
+# aten/src/ATen/TensorUtils.cpp checkSameGPU, as checkAllSameGPU calls it from
+# native/mps/operations/LinearAlgebra.mm: mm_out_mps_impl checks ("mm", out #0,
+# mat1 #1, mat2 #2), addmm_out_mps_impl (its __func__; out #0, self #1, mat1 #2,
+# mat2 #3). matmul reaches mm; bmm and baddbmm check nothing of the kind and
+# meet the Placeholder's text; F.linear has a kernel of its own (audit.rules).
+SAME_GPU = {
+    "mm": ("mm", ("mat1", "mat2")),
+    "addmm": ("addmm_out_mps_impl", ("self", "mat1", "mat2")),
+}
 # aten/src/ATen/native/mps/OperationUtils.mm, Placeholder::Placeholder.
 PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"
 # No text of PyTorch's: on a Mac the process crashes or the kernel reads a
@@ -189,7 +198,7 @@ class Policy:
         self.warned = False
         self.bad_dtypes = _bad_dtypes(macos)
         self.argument_rules = audit_rules.argument_rules(
-            lambda op: self.table.predict(op).outcome
+            lambda op: self.table.predict(op).outcome, macos
         )
 
     # -- ops ------------------------------------------------------------------------
@@ -287,9 +296,11 @@ class Policy:
                     bad = True
         if not bad:
             return
-        if func.name().removeprefix("aten::").removesuffix(".default") in (
-            self.table.iterators
-        ):
+        name = func.name().removeprefix("aten::").removesuffix(".default")
+        same_gpu = SAME_GPU.get(name.removesuffix(".out"))
+        if same_gpu is not None:
+            raise RuntimeError(_not_on_gpu(same_gpu, args, kwargs, call, is_emulated))
+        if name in self.table.iterators:
             # outputs come first in a TensorIterator's operands
             ordered = [d for d, out in operands if out] + [
                 d for d, out in operands if not out
@@ -344,6 +355,48 @@ class Policy:
         found = generator.device.type
         if found != device.type:
             raise RuntimeError(GENERATOR.format(want=device.type, found=found))
+
+
+def _not_on_gpu(
+    checked: tuple[str, tuple[str, ...]],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    call: Call | None,
+    is_emulated: Any,
+) -> str:
+    """The text of checkAllSameGPU: the first tensor against each other one."""
+    where, names = checked
+    out = kwargs.get("out")
+    on_cpu = [
+        (
+            "argument 'out'",
+            isinstance(out, torch.Tensor)
+            and not is_emulated(out)
+            and _placement_of(out, True, call) == CPU,
+        )
+    ]
+    for position, name in enumerate(names):
+        value = args[position] if position < len(args) else kwargs.get(name)
+        cpu = (
+            isinstance(value, torch.Tensor)
+            and not is_emulated(value)
+            and _placement_of(value, False, call) == CPU
+        )
+        on_cpu.append((f"argument #{position + 1} '{name}'", cpu))
+    first, first_cpu = on_cpu[0]
+    for other, other_cpu in on_cpu[1:]:
+        if first_cpu or other_cpu:
+            text = "".join(
+                f"Tensor for {label} is on CPU, "
+                for label, cpu in ((first, first_cpu), (other, other_cpu))
+                if cpu
+            )
+            them = "them" if not first_cpu and not other_cpu else "it"
+            return (
+                f"{text}but expected {them} to be on GPU (while checking arguments "
+                f"for {where})"
+            )
+    return PLACEHOLDER
 
 
 def _placement_of(

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from pytest_mps.audit import kernels
 from pytest_mps.emulate import lazy, memory, policy
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.watch.device_mix import written_positions
@@ -210,14 +211,25 @@ def is_emulated(value: object) -> bool:
     return type(value) is EmulatedTensor
 
 
-def wrap(inner: torch.Tensor, requires_grad: bool = False, check: bool = True) -> Any:
-    """An emulated tensor holding ``inner``; TypeError as on MPS for its dtype."""
+def wrap(
+    inner: torch.Tensor,
+    requires_grad: bool = False,
+    check: bool = True,
+    allocates: bool = True,
+) -> Any:
+    """An emulated tensor holding ``inner``; TypeError as on MPS for its dtype.
+
+    With ``check``, a tensor the device allocates (not a view) also refuses
+    more dimensions than an MPS allocation takes.
+    """
     __tracebackhide__ = True
     found = current[0]
     if found is not None and check:
         error = found.dtype_error(inner.dtype)
         if error is not None:
             raise error
+        if allocates and inner.dim() > kernels.MAX_DIMS:
+            raise RuntimeError(kernels.too_many_dims(inner.dim()))
     return EmulatedTensor.of(inner, requires_grad)
 
 
@@ -280,8 +292,8 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         base = args[0] if args else None
         if type(base) is EmulatedTensor and not base.is_inference():
             with torch.inference_mode(False):
-                return _wrap_outputs(out, args)
-    return _wrap_outputs(out, args)
+                return _wrap_outputs(out, args, allocates=False)
+    return _wrap_outputs(out, args, allocates=not _returns_view(func))
 
 
 _view_ops: dict[Any, bool] = {}
@@ -367,7 +379,7 @@ def _takes_generator(func: Any) -> bool:
     return found
 
 
-def _wrap_outputs(out: Any, args: Sequence[Any]) -> Any:
+def _wrap_outputs(out: Any, args: Sequence[Any], allocates: bool = True) -> Any:
     # An op that returns one of its arguments (add_, copy_ into a CPU tensor)
     # returns that very object; anything new is on the device.
     __tracebackhide__ = True
@@ -387,7 +399,7 @@ def _wrap_outputs(out: Any, args: Sequence[Any]) -> Any:
             same = known.get(id(value))
             if same is not None:
                 return same
-            return wrap(value, check=check)
+            return wrap(value, check=check, allocates=allocates)
         return value
 
     if type(out) is tuple or type(out) is list:
