@@ -9,6 +9,8 @@ supported one must run.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -18,6 +20,8 @@ pytest_plugins = ["pytester"]
 
 HEADER = """
 import re
+
+import json
 
 import pytest
 import torch
@@ -206,6 +210,8 @@ def test_a_rule_of_an_older_macos_follows_mps_emulate_macos(
 
 
 GRID = """
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -274,6 +280,8 @@ def test_every_table_rule_cites_an_mps_source_and_has_a_test_here() -> None:
 
 MM = """
 import re
+
+import json
 
 import pytest
 import torch
@@ -346,3 +354,51 @@ def test_the_mm_family_and_linear_speak_their_own_placement_text(
     # the mixed-device guard would fail each test again: the raise is the subject
     result = pytester.runpytest("--mps-emulate", "--mps-mixed-devices=off")
     result.assert_outcomes(passed=9)
+
+
+AUDITED = """
+import torch
+import torch.nn.functional as F
+
+
+def test_pool_mixed():
+    F.adaptive_avg_pool2d(torch.randn(1, 1, 4, 8), (6, 6))
+
+
+def test_lu_complex():
+    torch.linalg.lu_factor(torch.eye(3, dtype=torch.complex64))
+
+
+def test_lstm_projections():
+    torch.nn.LSTM(4, 8, proj_size=3)(torch.randn(2, 1, 4))
+
+
+def test_wide_convolution():
+    F.conv1d(torch.randn(1, 1, 65539), torch.randn(1, 1, 3))
+
+
+def test_fine():
+    F.adaptive_avg_pool2d(torch.randn(1, 1, 8, 8), (4, 4))
+"""
+
+
+def test_the_audit_names_the_same_rules_on_the_cpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_audited=AUDITED)
+    result = pytester.runpytest(
+        "--mps-audit=error", "--mps-audit-macos=15.0", "--mps-report", "r.json"
+    )
+    result.assert_outcomes(passed=1, failed=4)
+    tests = json.loads((pytester.path / "r.json").read_text())["mps_audit"]["tests"]
+
+    def messages(name: str) -> list[str]:
+        return [f["why"] for f in tests[f"test_audited.py::{name}"]]
+
+    assert tests["test_audited.py::test_fine"] == []
+    expected = {
+        "test_pool_mixed": "Adaptive pool MPS: Input height and width must both",
+        "test_lu_complex": "linalg.lu_factor(): MPS doesn't support complex types.",
+        "test_lstm_projections": "LSTM with projections is not currently supported",
+        "test_wide_convolution": "Output channels > 65536 not supported",
+    }
+    for name, text in expected.items():
+        assert any(text in m for m in messages(name)), (name, tests)

@@ -335,7 +335,7 @@ def _lstm(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Verdict | None:
     if not isinstance(hx, (list, tuple)) or len(hx) != 2:
         return None
     h0, c0 = hx
-    if _device_type(h0) != "mps" or h0.dim() < 3 or h0.shape[2] == c0.shape[2]:
+    if getattr(h0, "dim", lambda: 0)() < 3 or h0.shape[2] == c0.shape[2]:
         return None
     message = "LSTM with projections is not currently supported with MPS."
     return Verdict(
