@@ -17,6 +17,7 @@ from pytest_mps.benchmark.options import PROPERTY, Settings
 from pytest_mps.benchmark.stats import Stats
 from pytest_mps.benchmark.storage import cpu_name
 from pytest_mps.benchmark.timer import Probe, Result, measure
+from pytest_mps.devices import emulated
 
 #: The user property that carries one measurement to the controller (xdist too).
 #: The most per-round times a result carries into reports and files.
@@ -30,6 +31,10 @@ def make_probe(config: pytest.Config, devices: list[str]) -> Probe:
     """
     hook = config.hook.pytest_mps_synchronize
     accelerators = [d for d in devices if d != "cpu"]
+    if emulated(config):
+        # The emulated mps device computes on the CPU as it goes: no queue to
+        # drain, no events, no device memory of its own. Timed as the CPU is.
+        accelerators = [d for d in accelerators if not d.startswith("mps")]
     # A conftest's own sync implementation means there is a queue to wait for.
     plugged = len(hook.get_hookimpls()) > 1
     if not accelerators and not plugged:
@@ -306,6 +311,9 @@ class MpsBenchmark:
         base = original + (f"[{'-'.join(rest)}]" if rest else "")
         suffix = f"::{name}" if name is not None else ""
         hw, capability = hardware(self.device)
+        on_emulated = emulated(item.config) and "mps" in self.device.split("+")
+        if on_emulated:
+            hw = f"{cpu_name()} (MPS emulated by pytest-mps: CPU times)"
         extra = {k: _jsonable(v) for k, v in self.extra_info.items()}
         extra.update(result.extra_info())
         if self._gate is not None:
@@ -318,6 +326,8 @@ class MpsBenchmark:
             base_name=base + suffix,
             label=name,
         )
+        if on_emulated:
+            extra["emulated"] = True
         return {
             "group": self.group,
             "name": item.name + suffix,

@@ -44,6 +44,12 @@ CPU_NOTE = (
     "to drain, so the host's time is the whole time and nothing is host- or "
     "device-bound."
 )
+EMULATED_NOTE = (
+    "Times on mps are the CPU's: under --mps-emulate the device is emulated on "
+    "the CPU, so they say nothing of a Mac's speed (Dispatch/complete, Verdict, "
+    "Events and Peak memory are left out: the emulated device has no queue, "
+    "events or memory of its own)."
+)
 RATIO_NOTE = (
     "Dispatch/complete: host time to queue the calls over the time until the "
     "device finished them; host-bound from 0.9 up (the device waits for "
@@ -197,7 +203,8 @@ def _cell(column: str, entry: Entry, scale: float, ops: float, fastest: float) -
     if column == "ops":
         return f"{(stats.get('ops') or 0.0) / ops:,.4f}"
     if column == "device":
-        return str(extra.get("device", "cpu"))
+        device = str(extra.get("device", "cpu"))
+        return f"{device} (emulated)" if extra.get("emulated") else device
     if column == "ratio":
         return f"{stats['median'] / fastest:,.2f}" if fastest else "-"
     if column == "dispatch":
@@ -256,13 +263,17 @@ def results_table(
         if "device" not in columns:
             devices = {str(e["extra_info"].get("device", "cpu")) for e in members}
             title += f" on {', '.join(sorted(devices))}"
+        if any(e["extra_info"].get("emulated") for e in members):
+            title += " (mps emulated: CPU times)"
         title += f" ({group}) " if group else " "
         rendered = render(header, rows)
         lines.append(title.center(len(rendered[0]), "-"))
         lines.extend(rendered)
         lines.append("")
     lines.extend(notes)
-    if cpu_left_out:
+    if any(e["extra_info"].get("emulated") for e in entries):
+        lines.append(EMULATED_NOTE)
+    elif cpu_left_out:
         lines.append(CPU_NOTE)
     if any(e["extra_info"].get("verdict") for e in entries):
         lines.append(RATIO_NOTE)
@@ -332,6 +343,12 @@ def device_table(entries: Sequence[Entry]) -> list[str]:
                 speedup = times[reference] / times[dev]
                 row.append(f"{format_time(times[dev])} ({speedup:,.2f}x)")
         rows.append(row)
-    table = render(["Name (median)", *devices], rows)
+    fake = {
+        str(e["extra_info"].get("device"))
+        for e in entries
+        if e["extra_info"].get("emulated")
+    }
+    names = [f"{d} (emulated: CPU time)" if d in fake else d for d in devices]
+    table = render(["Name (median)", *names], rows)
     title = f" pytest-mps device comparison: speedup vs {devices[0]} "
     return [title.center(max(len(table[0]), len(title) + 8), "-"), *table, ""]

@@ -180,8 +180,29 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _refuse_lone_options(config)
     # Before devices.py resolves the session's devices (plugin loaded late).
     _install(config)
+
+
+def _refuse_lone_options(config: pytest.Config) -> None:
+    """``--mps-emulate-macos`` / ``-memory`` without ``--mps-emulate``: a usage error.
+
+    Without the emulation they would change nothing, and a run that passes
+    would look like a run on that Mac. The ini settings are defaults for runs
+    that ask for the emulation, and stay quiet.
+    """
+    if wanted(config):
+        return
+    for name, flag in (
+        ("mps_emulate_macos", "--mps-emulate-macos"),
+        ("mps_emulate_memory", "--mps-emulate-memory"),
+    ):
+        if config.getoption(name, None) is not None:
+            raise pytest.UsageError(
+                f"{flag} needs --mps-emulate: without it nothing is emulated "
+                "and the run would not be the Mac it names"
+            )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -195,13 +216,43 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         if emulation.policy.fallback
         else "PYTORCH_ENABLE_MPS_FALLBACK unset: ops without an MPS kernel raise"
     )
-    lines = [
+    memory = (
+        "memory: no limit (--mps-emulate-memory sets one)"
+        if emulation.budget is None
+        else emulation.budget.describe()
+    )
+    return [
         f"pytest-mps emulate: MPS emulated on the CPU (macOS {target}, op table "
-        f"of torch {emulation.policy.table.torch_version}); {fallback}"
+        f"of torch {emulation.policy.table.torch_version}); {fallback}",
+        f"pytest-mps emulate: {memory}",
+        f"pytest-mps emulate: {_guards(config)}",
     ]
-    if emulation.budget is not None:
-        lines.append(f"pytest-mps emulate: {emulation.budget.describe()}")
-    return lines
+
+
+def _guards(config: pytest.Config) -> str:
+    """What fails a test here, and what is only reported."""
+    from pytest_mps.watch import settings
+
+    fail = [
+        "ops without an MPS kernel"
+        if settings.fallback_mode(config) in ("off", "error")
+        else "",
+        "float64 and other dtypes MPS lacks",
+        "arguments MPS kernels refuse",
+        "host reads of device tensors (.numpy())",
+    ]
+    report = []
+    mixed = settings.mixed_mode(config)
+    if mixed == "error":
+        fail.append("mixed devices (--mps-mixed-devices=error)")
+    elif mixed == "warn":
+        report.append("mixed devices (--mps-mixed-devices=warn)")
+    if settings.fallback_mode(config) == "warn":
+        report.append("CPU fallbacks (--mps-fallback=warn)")
+    line = "fails tests on " + ", ".join(f for f in fail if f)
+    if report:
+        line += "; reports " + ", ".join(report)
+    return line
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

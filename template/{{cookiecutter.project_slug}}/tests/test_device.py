@@ -23,7 +23,7 @@ def test_auto_picks_mps_then_cuda_then_cpu():
 
 def test_asking_for_missing_mps_says_why():
     if torch.backends.mps.is_available():
-        pytest.skip("MPS is available here")
+        pytest.skip("torch says MPS is available (a Mac, or pytest --mps-emulate)")
     with pytest.raises(DeviceError, match="--device=mps: MPS is not available here"):
         pick_device("mps")
 
