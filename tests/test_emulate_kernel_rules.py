@@ -402,3 +402,21 @@ def test_the_audit_names_the_same_rules_on_the_cpu(pytester: pytest.Pytester) ->
     }
     for name, text in expected.items():
         assert any(text in m for m in messages(name)), (name, tests)
+
+
+def test_the_docs_list_every_rule_of_the_table() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "kernel-rules.md").read_text()
+    for rule in kernels.KERNEL_RULES:
+        assert f"`{rule.op}`" in text, rule
+        assert rule.source.split()[0].rsplit("/", 1)[1] in text, rule
+
+
+def test_the_fallback_variable_does_not_help_a_refused_argument(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    pytester.makepyfile(test_kernels=_suite(RULES))
+    result = pytester.runpytest("--mps-emulate")
+    result.assert_outcomes(passed=2 * len(RULES))
