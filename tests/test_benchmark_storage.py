@@ -627,3 +627,43 @@ def test_a_regression_is_counted_beside_plugins_that_read_every_report(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*3 passed, * regressed in *"])
     result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_past_ten_thousand_rounds_the_json_keeps_a_uniform_sample() -> None:
+    from pytest_mps.benchmark.fixture import MAX_DATA
+    from pytest_mps.benchmark.stats import Stats
+
+    rounds = [float(i) for i in range(25_000)]
+    out = Stats.from_data(rounds, 1).as_dict(MAX_DATA)
+    kept = out["data"]
+    assert out["data_sample"] == {"kept": MAX_DATA, "of": 25_000}
+    assert len(kept) == MAX_DATA == len(set(kept))
+    assert kept == sorted(kept)  # in round order
+    # uniform: each fifth of the rounds holds about a fifth of the sample
+    fifths = [sum(1 for v in kept if k * 5000 <= v < (k + 1) * 5000) for k in range(5)]
+    assert all(1800 < n < 2200 for n in fifths), fifths
+    assert Stats.from_data(rounds, 1).as_dict(MAX_DATA)["data"] == kept
+    assert out["rounds"] == 25_000 and out["median"] == Stats.from_data(rounds, 1).median
+    small = Stats.from_data(rounds[:100], 1).as_dict(MAX_DATA)
+    assert "data_sample" not in small and len(small["data"]) == 100
+
+
+def test_a_long_benchmark_saves_its_sampled_rounds(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mps_benchmark(max_time=0.5, warmup=False)
+        def test_nothing(mps_benchmark):
+            mps_benchmark(lambda: None)
+        """
+    )
+    pytester.runpytest(
+        "-p", "no:cacheprovider", "--mps-benchmark-save=s", "--mps-benchmark-save-data"
+    ).assert_outcomes(passed=1)
+    (entry,) = json.loads(saved(pytester)[0].read_text())["benchmarks"]
+    stats = entry["stats"]
+    if stats["rounds"] <= 10_000:
+        pytest.skip(f"only {stats['rounds']} rounds in 0.5 s on this machine")
+    assert len(stats["data"]) == 10_000
+    assert stats["data_sample"] == {"kept": 10_000, "of": stats["rounds"]}

@@ -87,8 +87,15 @@ class Stats:
             total=sum(data),
         )
 
-    def as_dict(self, include_data: bool = True) -> dict[str, Any]:
-        """The ``stats`` object of a pytest-benchmark JSON file."""
+    def as_dict(self, max_data: int | None = None) -> dict[str, Any]:
+        """The ``stats`` object of a pytest-benchmark JSON file.
+
+        Past ``max_data`` rounds, ``data`` keeps a uniform sample of that many
+        rounds (in round order, the same sample for the same rounds), so the
+        rank test and the histogram still have rounds to work on, and
+        ``data_sample`` says so: ``{"kept": max_data, "of": rounds}``. The
+        other statistics cover every round.
+        """
         out: dict[str, Any] = {
             "min": self.min,
             "max": self.max,
@@ -108,8 +115,14 @@ class Stats:
             "total": self.total,
             "iterations": self.iterations,
         }
-        if include_data:
-            out["data"] = list(self.data)
+        data = list(self.data)
+        if max_data is not None and len(data) > max_data:
+            import random
+
+            kept = sorted(random.Random(len(data)).sample(range(len(data)), max_data))
+            out["data_sample"] = {"kept": max_data, "of": len(data)}
+            data = [data[i] for i in kept]
+        out["data"] = data
         return out
 
 
