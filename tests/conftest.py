@@ -396,3 +396,7 @@ def baked_from_the_clone(
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == done.stderr == "", done.stdout + done.stderr
     return out / "out" / "tiny-gpt"
+
+
+#: pytest-benchmark's own tests, run by test_benchmark_dropin.py under the alias.
+collect_ignore = ["pytest_benchmark_suite"]

@@ -33,10 +33,11 @@ MARKER = (
     "warmup=None, ...): pytest-benchmark's marker, read by pytest-mps's "
     "'benchmark' fixture (--mps-benchmark-alias)."
 )
-#: The marker's arguments that pytest-benchmark documents; timer,
-#: calibration_precision, warmup_iterations and confidence are accepted and
-#: have no use here (the clock is perf_counter with the device synced, and
-#: calibration and warmup are our own).
+#: The marker's arguments that pytest-benchmark documents; calibration_precision,
+#: warmup_iterations and confidence are accepted and have no use here
+#: (calibration and warmup are our own). ``timer`` replaces perf_counter as the
+#: clock (the device is still synced around each round); ``max_time=0`` means
+#: min_rounds only; ``cprofile=True`` profiles the function once more.
 MARK_ARGS = (
     "group",
     "min_time",
@@ -50,6 +51,7 @@ MARK_ARGS = (
     "baseline",
     "precision",
     "confidence",
+    "cprofile",
 )
 
 
@@ -64,6 +66,73 @@ class BenchmarkAlias(MpsBenchmark):
         self.fullname = item.nodeid
         self.param = callspec.id if callspec is not None else None
         self.params = dict(callspec.params) if callspec is not None else None
+
+    def pedantic(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: Any = None,
+        *,
+        setup: Callable[[], Any] | None = None,
+        teardown: Callable[..., Any] | None = None,
+        rounds: int = 1,
+        warmup_rounds: int = 0,
+        iterations: int = 1,
+        name: str | None = None,
+    ) -> Any:
+        """pytest-benchmark's ``pedantic``, to the letter of its contract.
+
+        ``setup`` with ``iterations > 1`` is a ValueError, and with
+        ``iterations > 1`` the function is called once more after the timed
+        rounds (then ``teardown``), for the result it returns: what
+        pytest-benchmark does. ``mps_benchmark.pedantic`` allows the first
+        and skips the second.
+        """
+        if (
+            isinstance(iterations, int)
+            and not isinstance(iterations, bool)
+            and iterations > 1
+            and setup is not None
+        ):
+            raise ValueError(
+                "Can't use more than 1 `iterations` with a `setup` function."
+            )
+        value = super().pedantic(
+            fn,
+            args,
+            kwargs,
+            setup=setup,
+            teardown=teardown,
+            rounds=rounds,
+            warmup_rounds=warmup_rounds,
+            iterations=iterations,
+            name=name,
+        )
+        if iterations > 1 and not self.disabled:
+            value = fn(*args, **dict(kwargs or {}))
+            if teardown is not None:
+                teardown(*args, **dict(kwargs or {}))
+        return value
+
+    # pytest-benchmark's clock and minimum round time, which its users' tests
+    # set directly (its own test_calibration.py does)
+    @property
+    def _timer(self) -> Callable[[], float]:
+        import time
+
+        return self._settings.timer or time.perf_counter
+
+    @_timer.setter
+    def _timer(self, value: Callable[[], float]) -> None:
+        self._settings = self._settings._replace(timer=value)
+
+    @property
+    def _min_time(self) -> float:
+        return self._settings.min_time
+
+    @_min_time.setter
+    def _min_time(self, value: float) -> None:
+        self._settings = self._settings._replace(min_time=float(value))
 
     @property
     def enabled(self) -> bool:
@@ -104,9 +173,22 @@ def parse_mark(mark: pytest.Mark, nodeid: str) -> dict[str, Any]:
         value = kw.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        # max_time=0: min_rounds only, as pytest-benchmark reads it
+        low_ok = key == "max_time" and value == 0
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (value <= 0 and not low_ok)
+        ):
             raise ValueError(f"{where}: {key} must be a positive number, got {value!r}")
         found[key] = float(value)
+    if kw.get("cprofile") is not None:
+        found["cprofile"] = bool(kw["cprofile"])
+    timer = kw.get("timer")
+    if timer is not None:
+        if not callable(timer):
+            raise ValueError(f"{where}: timer must be a clock function, got {timer!r}")
+        found["timer"] = timer
     rounds = kw.get("min_rounds")
     if rounds is not None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:

@@ -158,6 +158,12 @@ class MpsBenchmark:
         #: False: never the reference of its group's ratio column (pytest-benchmark's
         #: ``baseline=False``).
         self.baseline = True
+        #: A cprofile column: each measured function is profiled once more, after
+        #: timing, and its top functions by that column go into the JSON.
+        self.cprofile: str | None = None
+        #: The last profile (``pstats.Stats``), as pytest-benchmark's.
+        self.cprofile_stats: Any = None
+        self._profiles: dict[str | None, list[dict[str, Any]]] = {}
 
     # -- public API -----------------------------------------------------------------
 
@@ -286,7 +292,34 @@ class MpsBenchmark:
         self._results[name] = result
         self._last = result
         self._pending.append((name, result, settings))
+        if self.cprofile is not None:
+            self._profile(name, fn, args, kwargs, setup, teardown)
         return value
+
+    def _profile(
+        self,
+        name: str | None,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        setup: Callable[[], Any] | None,
+        teardown: Callable[..., Any] | None,
+    ) -> None:
+        """One more call of ``fn`` under cProfile, off the clock."""
+        import cProfile
+        import pstats
+
+        if setup is not None:
+            made = setup()
+            if made is not None:
+                args, kwargs = tuple(made[0]), dict(made[1])
+        profile = cProfile.Profile()
+        profile.runcall(fn, *args, **kwargs)
+        if teardown is not None:
+            teardown(*args, **kwargs)
+        stats = pstats.Stats(profile)
+        self.cprofile_stats = stats
+        self._profiles[name] = cprofile_rows(stats, self.cprofile or "cumtime")
 
     def flush(self) -> None:
         """Put the measurements on ``item.user_properties`` for the call report.
@@ -328,7 +361,9 @@ class MpsBenchmark:
         )
         if on_emulated:
             extra["emulated"] = True
+        profile = self._profiles.get(name)
         return {
+            **({"cprofile": profile} if profile is not None else {}),
             "group": self.group,
             "name": item.name + suffix,
             "fullname": item.nodeid + suffix,
@@ -350,6 +385,33 @@ class MpsBenchmark:
             # a uniform sample of the rounds; the statistics cover them all.
             "stats": _finite(result.stats.as_dict(MAX_DATA)),
         }
+
+
+def cprofile_rows(stats: Any, column: str, top: int = 25) -> list[dict[str, Any]]:
+    """The ``top`` functions of a ``pstats.Stats`` by ``column``.
+
+    The rows are pytest-benchmark's JSON ``cprofile`` rows.
+    """
+    rows = []
+    for (path, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+        rows.append(
+            {
+                "ncalls_recursion": f"{nc}/{cc}" if nc != cc else str(nc),
+                "ncalls": nc,
+                "tottime": tt,
+                "tottime_per": tt / nc if nc else 0.0,
+                "cumtime": ct,
+                "cumtime_per": ct / nc if nc else 0.0,
+                "function_name": f"{path}:{line}({func})",
+            }
+        )
+    if column == "function_name":
+        rows.sort(key=lambda r: str(r["function_name"]))
+    elif column == "ncalls_recursion":
+        rows.sort(key=lambda r: -int(r["ncalls"]))
+    else:
+        rows.sort(key=lambda r: -float(r[column]))
+    return rows[:top]
 
 
 def _run_once(

@@ -82,6 +82,13 @@ GROUP_BY_HELP = (
 )
 NAME_HELP = "names in the table: short, normal (the default) or long (node ids)."
 TIME_UNIT_HELP = "time unit of the tables: auto (per group), s, ms, us or ns."
+CPROFILE_HELP = (
+    "profile each benchmarked function once more after timing it (cProfile) and "
+    "save its 25 top functions by this column into the JSON: "
+    + ", ".join(o.CPROFILE_COLUMNS)
+    + " (like --benchmark-cprofile; the marker's cprofile=True does it for one "
+    "test, by cumtime)."
+)
 HISTOGRAM_HELP = (
     "draw a box plot of each group's rounds into PREFIX-<group>.png "
     "(needs matplotlib: pip install 'pytest-mps[plot]')."
@@ -101,6 +108,7 @@ _VALUED: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "--mps-benchmark-name": (o.parse_name_format, NAME_HELP),
     "--mps-benchmark-time-unit": (o.parse_time_unit, TIME_UNIT_HELP),
     "--mps-benchmark-devices": (o.parse_device_list, DEVICES_HELP),
+    "--mps-benchmark-cprofile": (o.parse_cprofile_column, CPROFILE_HELP),
 }
 # flag -> help; store_true flags with a boolean ini twin.
 _SWITCHES = {
@@ -281,4 +289,5 @@ def read_options(config: pytest.Config) -> o.BenchmarkOptions:
         and not config.getoption("mps_benchmark_enable"),
         table=_table(config),
         histogram=_histogram(config),
+        cprofile=_setting(config, "mps_benchmark_cprofile", o.parse_cprofile_column),
     )

@@ -11,7 +11,7 @@ Each parser takes ``(value, where)`` and raises ValueError naming ``where``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,6 +57,8 @@ class Settings(NamedTuple):
     stable_tolerance: float = 0.05
     #: Device events and wall time further apart than this disagree.
     events_tolerance: float = 0.10
+    #: The clock, in seconds; None: time.perf_counter (pytest-benchmark's timer=).
+    timer: Callable[[], float] | None = None
 
 
 class FailExpr(NamedTuple):
@@ -118,9 +120,32 @@ class BenchmarkOptions(NamedTuple):
     disable: bool = False
     table: Table = Table()
     histogram: Path | None = None
+    #: Profile each benchmarked function once more, top functions by this column.
+    cprofile: str | None = None
 
 
 # -- values -----------------------------------------------------------------------
+
+#: pytest-benchmark's --benchmark-cprofile columns.
+CPROFILE_COLUMNS = (
+    "ncalls_recursion",
+    "ncalls",
+    "tottime",
+    "tottime_per",
+    "cumtime",
+    "cumtime_per",
+    "function_name",
+)
+
+
+def parse_cprofile_column(value: str, where: str) -> str:
+    """One of :data:`CPROFILE_COLUMNS`; ValueError naming ``where`` otherwise."""
+    if value not in CPROFILE_COLUMNS:
+        raise ValueError(
+            f"{where}: {value!r} is not a cprofile column "
+            f"(one of {', '.join(CPROFILE_COLUMNS)})"
+        )
+    return value
 
 
 def parse_seconds(value: str, where: str) -> float:

@@ -94,6 +94,8 @@ def new_benchmark(
             settings = settings._replace(**{key: alias[key]})
     if "precision" in alias:
         settings = settings._replace(precision=alias["precision"])
+    if "timer" in alias:
+        settings = settings._replace(timer=alias["timer"])
     settings = settings._replace(
         warmup=settings.warmup if mark.warmup is None else mark.warmup,
         rounds=mark.rounds,
@@ -112,6 +114,10 @@ def new_benchmark(
     )
     if alias.get("baseline") is False:
         bench.baseline = False
+    if options.cprofile is not None:
+        bench.cprofile = options.cprofile
+    elif alias.get("cprofile"):
+        bench.cprofile = "cumtime"
     item.stash.setdefault(fixture_key, []).append(bench)
     return bench
 

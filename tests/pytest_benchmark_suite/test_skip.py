@@ -1,0 +1,6 @@
+import pytest
+
+
+def test_skip(benchmark):
+    pytest.skip('bla')
+    benchmark(lambda: None)
