@@ -82,6 +82,16 @@ GROUP_BY_HELP = (
 )
 NAME_HELP = "names in the table: short, normal (the default) or long (node ids)."
 TIME_UNIT_HELP = "time unit of the tables: auto (per group), s, ms, us or ns."
+COMPARE_REV_HELP = (
+    "measure the selected benchmarks at this git revision (a temporary "
+    "worktree) and in this tree, in alternating processes (ABBA), and compare "
+    "per benchmark: slower when a Mann-Whitney test over the per-process medians "
+    "says p < 0.05 and the change passes --mps-benchmark-compare-fail's median:X%% "
+    "(default 5%%). Trustworthy where processes differ (cloud hosts)."
+)
+COMPARE_PROCESSES_HELP = (
+    "processes a side for --mps-benchmark-compare-rev (default 5, at least 4)."
+)
 CPROFILE_HELP = (
     "profile each benchmarked function once more after timing it (cProfile) and "
     "save its 25 top functions by this column into the JSON: "
@@ -93,6 +103,13 @@ HISTOGRAM_HELP = (
     "draw a box plot of each group's rounds into PREFIX-<group>.png "
     "(needs matplotlib: pip install 'pytest-mps[plot]')."
 )
+
+
+def _processes(value: str, where: str) -> int:
+    from pytest_mps.benchmark.ab import valid_processes
+
+    return valid_processes(value, where)
+
 
 # flag -> (parser, help); each has an ini twin of the same name.
 _VALUED: dict[str, tuple[Callable[[str, str], Any], str]] = {
@@ -109,6 +126,8 @@ _VALUED: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "--mps-benchmark-time-unit": (o.parse_time_unit, TIME_UNIT_HELP),
     "--mps-benchmark-devices": (o.parse_device_list, DEVICES_HELP),
     "--mps-benchmark-cprofile": (o.parse_cprofile_column, CPROFILE_HELP),
+    "--mps-benchmark-compare-rev": (o.parse_rev, COMPARE_REV_HELP),
+    "--mps-benchmark-compare-processes": (_processes, COMPARE_PROCESSES_HELP),
 }
 # flag -> help; store_true flags with a boolean ini twin.
 _SWITCHES = {
@@ -290,4 +309,9 @@ def read_options(config: pytest.Config) -> o.BenchmarkOptions:
         table=_table(config),
         histogram=_histogram(config),
         cprofile=_setting(config, "mps_benchmark_cprofile", o.parse_cprofile_column),
+        compare_rev=_setting(config, "mps_benchmark_compare_rev", o.parse_rev),
+        compare_processes=_setting(
+            config, "mps_benchmark_compare_processes", _processes
+        )
+        or 5,
     )

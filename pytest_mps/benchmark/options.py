@@ -122,6 +122,9 @@ class BenchmarkOptions(NamedTuple):
     histogram: Path | None = None
     #: Profile each benchmarked function once more, top functions by this column.
     cprofile: str | None = None
+    #: A git revision to measure beside this tree in alternating processes.
+    compare_rev: str | None = None
+    compare_processes: int = 5
 
 
 # -- values -----------------------------------------------------------------------
@@ -136,6 +139,15 @@ CPROFILE_COLUMNS = (
     "cumtime_per",
     "function_name",
 )
+
+
+def parse_rev(value: str, where: str) -> str:
+    """A git revision (checked against the repository when the run starts)."""
+    if not value.strip() or value.startswith("-"):
+        raise ValueError(
+            f"{where}: {value!r} is not a git revision (like main, HEAD~1)"
+        )
+    return value.strip()
 
 
 def parse_cprofile_column(value: str, where: str) -> str:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Generator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -105,6 +106,13 @@ def _check_gate(config: pytest.Config, options: BenchmarkOptions) -> None:
     What can be known before the tests run is checked here; the machine's own
     folder is known once the benchmarks have run (the session checks it).
     """
+    if options.compare_rev is not None:
+        if config.getoption("numprocesses", None):
+            raise pytest.UsageError(
+                "--mps-benchmark-compare-rev runs its processes one at a time: "
+                "leave out -n (or pass -n 0)"
+            )
+        return  # compare-fail's median:X% is the A/B's floor
     if not options.compare_fail:
         return
     flag = config.getoption("mps_benchmark_compare_fail")
@@ -123,6 +131,56 @@ def _check_gate(config: pytest.Config, options: BenchmarkOptions) -> None:
         raise pytest.UsageError(
             f"--mps-benchmark-compare-fail needs a baseline: {exc}"
         ) from None
+
+
+_ab_key = pytest.StashKey[Any]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """Under --mps-benchmark-compare-rev: the A/B processes instead of the tests."""
+    config = session.config
+    options = config.stash.get(options_key, None)
+    if options is None or options.compare_rev is None:
+        return None
+    if hasattr(config, "workerinput") or session.config.option.collectonly:
+        return None
+    from pytest_mps.benchmark import ab
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    try:
+        report = ab.run(
+            options.compare_rev,
+            options.compare_processes,
+            ab.floor_of(options.compare_fail),
+            config.invocation_params.args,
+            Path(config.invocation_params.dir),
+            progress,
+        )
+    except ab.ABError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_ab_key] = report
+    if options.json is not None:
+        from pytest_mps.benchmark.storage import write_atomic
+
+        write_atomic(options.json, report.as_dict())
+    if report.failed:
+        session.testsfailed += 1
+    return True
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    report = config.stash.get(_ab_key, None)
+    if report is None:
+        return
+    terminalreporter.write_sep("-", "pytest-mps A/B comparison")
+    for line in report.lines():
+        terminalreporter.write_line(line)
 
 
 def _register_alias(config: pytest.Config) -> None:
