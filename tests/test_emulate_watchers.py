@@ -193,7 +193,12 @@ def test_memory_is_the_emulated_tensors_bytes(pytester: pytest.Pytester) -> None
             test_a_leak.kept = torch.zeros(2**20, device=device)  # 4 MiB kept
         """
     )
-    result = pytester.runpytest("--mps-emulate", "-rA", "--mps-report=r.json")
+    # a process of its own: driver_allocated counts every device tensor alive
+    # in the process, and an earlier in-process run's failure keeps its
+    # tensors alive through sys.last_traceback
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate", "-rA", "--mps-report=r.json"
+    )
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         [
