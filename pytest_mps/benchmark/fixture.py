@@ -307,16 +307,11 @@ class MpsBenchmark:
     ) -> None:
         """One more call of ``fn`` under cProfile, off the clock."""
         import cProfile
+        import functools
         import pstats
 
-        if setup is not None:
-            made = setup()
-            if made is not None:
-                args, kwargs = tuple(made[0]), dict(made[1])
         profile = cProfile.Profile()
-        profile.runcall(fn, *args, **kwargs)
-        if teardown is not None:
-            teardown(*args, **kwargs)
+        _run_once(functools.partial(profile.runcall, fn), args, kwargs, setup, teardown)
         stats = pstats.Stats(profile)
         self.cprofile_stats = stats
         self._profiles[name] = cprofile_rows(stats, self.cprofile or "cumtime")
