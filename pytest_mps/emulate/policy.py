@@ -194,7 +194,9 @@ class Policy:
         self.macos = macos
         self.sha = torch.version.git_version
         self.exempt = exempt_positions()
-        self.verdicts: dict[Any, mps_ops.Prediction] = {}
+        #: Per aten op, by id (see tensor._Op): the op itself, its name, its
+        #: argument rule (or None), its outcome.
+        self.verdicts: dict[int, tuple[Any, str, Any, str]] = {}
         self.warned = False
         self.bad_dtypes = _bad_dtypes(macos)
         self.argument_rules = audit_rules.argument_rules(
@@ -208,11 +210,16 @@ class Policy:
     ) -> None:
         """Raise or warn as MPS would before running ``func``; return to run it."""
         __tracebackhide__ = True
-        prediction = self.verdicts.get(func)
-        if prediction is None:
-            prediction = self.verdicts[func] = self.table.predict(func.name())
-        name = prediction.op.removesuffix(".default")
-        rule = self.argument_rules.get(prediction.op)
+        known = self.verdicts.get(id(func))
+        if known is None:
+            prediction = self.table.predict(func.name())
+            known = self.verdicts[id(func)] = (
+                func,
+                prediction.op.removesuffix(".default"),
+                self.argument_rules.get(prediction.op),
+                prediction.outcome,
+            )
+        _, name, rule, outcome = known
         if rule is not None:
             call = current_call()
             seen = (call.func, call.args, call.kwargs) if call is not None else None
@@ -220,7 +227,8 @@ class Policy:
             if verdict is not None:
                 self.apply(verdict, name)
             return
-        self._apply_outcome(prediction.outcome, name)
+        if outcome in _ACTED_ON:
+            self._apply_outcome(outcome, name)
 
     def apply(self, verdict: audit_rules.Verdict, op: str) -> None:
         """Act on an argument or call rule's verdict for ``op``."""
@@ -355,6 +363,10 @@ class Policy:
         found = generator.device.type
         if found != device.type:
             raise RuntimeError(GENERATOR.format(want=device.type, found=found))
+
+
+#: The op table's outcomes check_op acts on; every other one runs as it is.
+_ACTED_ON = frozenset({mps_ops.FORCED_FALLBACK, mps_ops.FALLBACK})
 
 
 def _not_on_gpu(

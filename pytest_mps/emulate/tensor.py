@@ -247,9 +247,32 @@ def _unwrap(value: Any, plain: list[torch.Tensor]) -> Any:
     return value
 
 
+class _Op:
+    """What dispatch asks of one aten op, read once from its schema.
+
+    Kept by ``id(func)``: an ``OpOverload``'s ``__hash__`` is Python code,
+    and a dict lookup keyed by the op itself ran it four times per op.
+    The record holds the op, so the id is never reused.
+    """
+
+    __slots__ = ("func", "generator", "returns_view", "writes_first")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.generator = any(a.name == "generator" for a in func._schema.arguments)
+        self.writes_first = 0 in written_positions(func)
+        self.returns_view = _returns_view(func)
+
+
+_ops: dict[int, _Op] = {}
+
+
 def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run one aten op for emulated tensors: check as MPS would, compute on the CPU."""
     __tracebackhide__ = True
+    op = _ops.get(id(func))
+    if op is None:
+        op = _ops[id(func)] = _Op(func)
     rules = current[0]
     plain: list[torch.Tensor] = []
     inner_args = [_unwrap(a, plain) for a in args]
@@ -268,7 +291,7 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     if rules is not None:
         if plain:
             rules.check_placement(func, args, kwargs, is_emulated)
-        if "generator" in inner_kwargs or _takes_generator(func):
+        if op.generator or "generator" in inner_kwargs:
             generator = inner_kwargs.get("generator")
             if generator is None:
                 inner_kwargs["generator"] = default_generator
@@ -281,11 +304,11 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
                 rules.check_generator(given or generator, MPS)
         rules.check_op(func, args, kwargs)
     out = func(*inner_args, **inner_kwargs)
-    if args and type(args[0]) is EmulatedTensor and 0 in written_positions(func):
+    if op.writes_first and args and type(args[0]) is EmulatedTensor:
         _follow_metadata(args[0])
     if to_host_out:
         return out
-    if torch.is_inference_mode_enabled() and _returns_view(func):
+    if op.returns_view and torch.is_inference_mode_enabled():
         # A view of a normal tensor made in inference mode is a normal
         # tensor sharing its base's version counter: the wrapper must be one
         # too, or autograd cannot set that counter on it.
@@ -293,7 +316,7 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         if type(base) is EmulatedTensor and not base.is_inference():
             with torch.inference_mode(False):
                 return _wrap_outputs(out, args, allocates=False)
-    return _wrap_outputs(out, args, allocates=not _returns_view(func))
+    return _wrap_outputs(out, args, allocates=not op.returns_view)
 
 
 _view_ops: dict[Any, bool] = {}
@@ -367,18 +390,6 @@ def _follow_metadata(wrapper: Any) -> None:
         )
 
 
-_generator_ops: dict[Any, bool] = {}
-
-
-def _takes_generator(func: Any) -> bool:
-    found = _generator_ops.get(func)
-    if found is None:
-        found = _generator_ops[func] = any(
-            a.name == "generator" for a in func._schema.arguments
-        )
-    return found
-
-
 def _wrap_outputs(out: Any, args: Sequence[Any], allocates: bool = True) -> Any:
     # An op that returns one of its arguments (add_, copy_ into a CPU tensor)
     # returns that very object; anything new is on the device.
@@ -386,25 +397,23 @@ def _wrap_outputs(out: Any, args: Sequence[Any], allocates: bool = True) -> Any:
     # With no torch call seen (TorchScript, whose x.device is the CPU and
     # whose code may pick float64 for it), the dtype is not judged.
     check = policy.current_call() is not None
-    known: dict[int, Any] = {}
+    if type(out) is tuple or type(out) is list:
+        return type(out)(_wrap_one(v, args, check, allocates) for v in out)
+    return _wrap_one(out, args, check, allocates)
+
+
+def _wrap_one(value: Any, args: Sequence[Any], check: bool, allocates: bool) -> Any:
+    """``value`` as an op's output: an argument it returns as itself, else wrapped."""
+    __tracebackhide__ = True
+    if not isinstance(value, torch.Tensor):
+        return value
     for arg in args:
         if type(arg) is EmulatedTensor:
-            known[id(arg._inner)] = arg
-        elif isinstance(arg, torch.Tensor):
-            known[id(arg)] = arg
-
-    def one(value: Any) -> Any:
-        __tracebackhide__ = True
-        if isinstance(value, torch.Tensor):
-            same = known.get(id(value))
-            if same is not None:
-                return same
-            return wrap(value, check=check, allocates=allocates)
-        return value
-
-    if type(out) is tuple or type(out) is list:
-        return type(out)(one(v) for v in out)
-    return one(out)
+            if arg._inner is value:
+                return arg
+        elif arg is value:
+            return arg
+    return wrap(value, check=check, allocates=allocates)
 
 
 # -- moving data between host and device ------------------------------------------
