@@ -287,6 +287,8 @@ def run(
 ) -> Report:
     """Measure REV and this tree in alternating processes; compare."""
     top = Path(git(invocation, "rev-parse", "--show-toplevel")).resolve()
+    # both resolved: on macOS /tmp is /private/tmp, and git names the latter
+    invocation = invocation.resolve()
     try:
         commit = git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     except ABError:
