@@ -17,7 +17,11 @@ import pytest
 from pytest_mps.benchmark.options import Settings
 from pytest_mps.benchmark.timer import Probe, measure
 
-KERNEL = 0.002  # seconds each fake kernel runs on the fake device
+KERNEL = 0.01  # seconds each fake kernel runs on the fake device
+# The control launches one long kernel, so that "the launch returned before
+# the work was done" holds by a wide margin even on a loaded CI machine (a
+# 2 ms kernel once took 2.4 ms to enqueue there, under contention for the GIL).
+LONG = 0.3
 
 FAKE_DEVICE = '''
 import queue
@@ -66,11 +70,13 @@ def test_synced_timer_reads_the_real_duration_and_unsynced_reads_less() -> None:
     assert result.stats.median >= KERNEL * 0.95
     # What pytest-benchmark (no sync) would read: the cost of enqueueing.
     t0 = time.perf_counter()
-    launch()
+    device.launch(LONG)  # type: ignore[attr-defined]
     unsynced = time.perf_counter() - t0
+    pending = device.jobs.unfinished_tasks  # type: ignore[attr-defined]
     device.synchronize()  # type: ignore[attr-defined]
-    assert unsynced < KERNEL / 4
-    assert result.dispatch.median < KERNEL / 4
+    assert pending == 1
+    assert unsynced < LONG / 4
+    assert result.dispatch.median < result.stats.median / 4
     assert result.verdict == "device-bound"
 
 
@@ -106,18 +112,21 @@ import time
 import pytest
 from conftest import DEVICE
 
-KERNEL = 0.002
+KERNEL = 0.01
+LONG = 0.3
 
 
 @pytest.mark.mps_benchmark(max_time=0.1)
 def test_timed(mps_benchmark):
     mps_benchmark(DEVICE.launch, KERNEL)
     t0 = time.perf_counter()
-    DEVICE.launch(KERNEL)
+    DEVICE.launch(LONG)
     unsynced = time.perf_counter() - t0
+    pending = DEVICE.jobs.unfinished_tasks
     DEVICE.synchronize()
     print(f"\\nSTATS median={mps_benchmark.stats.median} unsynced={unsynced}")
-    assert unsynced < KERNEL / 4
+    assert pending == 1
+    assert unsynced < LONG / 4
     assert mps_benchmark.stats.median >= KERNEL * 0.95
     assert mps_benchmark.result.verdict == "device-bound"
 """
@@ -145,9 +154,13 @@ def test_without_the_hook_the_fixture_reads_only_the_enqueue_cost(
         from conftest import DEVICE
 
         def test_timed(mps_benchmark):
-            mps_benchmark.pedantic(DEVICE.launch, (0.0002,), rounds=20)
+            mps_benchmark.pedantic(DEVICE.launch, (0.02,), rounds=20)
+            pending = DEVICE.jobs.unfinished_tasks
             DEVICE.synchronize()
-            assert mps_benchmark.stats.median < 0.0002 / 4
+            # The fixture returned with kernels still queued, having read
+            # only what each launch took to enqueue.
+            assert pending > 0
+            assert mps_benchmark.stats.median < 0.02 / 4
         """
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest")

@@ -92,11 +92,28 @@ def test_rounds_fill_max_time_but_never_fall_under_min_rounds() -> None:
     assert result.stats.iterations == 1
 
 
-def test_warmup_runs_until_the_times_settle() -> None:
+class FakeClock:
+    """A clock that moves only as the test says (plus 1 ns a reading, so that
+    the resolution probe sees it tick): timings a loaded machine cannot skew."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1e-9
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_warmup_runs_until_the_times_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeClock()
+    monkeypatch.setattr(timer, "clock", fake)
     delays = iter([0.008, 0.006, 0.004, 0.003, 0.002])
 
     def slow_start() -> None:
-        time.sleep(next(delays, 0.001))
+        fake.spend(next(delays, 0.001))
 
     result, _ = measure(slow_start, settings=Settings(max_time=0.5))
     assert result.warmup_stable is True
@@ -139,17 +156,22 @@ def test_fixed_warmup_rounds_and_iterations_call_exactly_that_often() -> None:
     assert result.first_call is None
 
 
-def test_setup_runs_before_every_call_off_the_clock_with_iterations() -> None:
+def test_setup_runs_before_every_call_off_the_clock_with_iterations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeClock()
+    monkeypatch.setattr(timer, "clock", fake)
     made: list[int] = []
 
     def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
-        time.sleep(0.003)  # expensive setup must not be timed
+        fake.spend(0.003)  # expensive setup must not be timed
         made.append(len(made))
         return (made[-1],), {"scale": 2}
 
     seen: list[int] = []
 
     def fn(x: int, scale: int) -> int:
+        fake.spend(1e-6)
         seen.append(x)
         return x * scale
 
