@@ -16,12 +16,28 @@ torch runs on one intra-op thread unless ``--threads`` says otherwise (see
 xdist_lock.py for why).
 
 Run:  python benchmarks/false_alarms.py [--runs 20] [--max-time 0.2] [--threads 1]
+
+``--ab``: the A/B gate (``--mps-benchmark-compare-rev``) instead. A throwaway
+git repository holds the 8 tests twice over (16 benchmarks), each test's work
+a loop of 10 calls; the committed tree is the baseline REV, and the working
+tree changes one half to 11 calls: 10% more work. Every session runs
+``--mps-benchmark-compare-rev=HEAD`` once (``--processes`` pairs). An
+unchanged benchmark read ``slower`` is a false alarm; a 10%-slower one read
+``slower`` is caught (the power). Both are printed with their 95% (Wilson)
+intervals. ``--suite cuda`` times CUDA work instead, launch-bound included: an
+elementwise chain of 20 ops on 1M elements, matmuls of 1024 and 4096, a
+softmax.
+
+Run:  python benchmarks/false_alarms.py --ab [--runs 25] [--processes 5]
+          [--max-time 0.05] [--threads 0 (torch's default)] [--suite cpu|cuda]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,10 +78,27 @@ def pytest_run(folder: Path, *args: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--max-time", type=float, default=0.2)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ab", action="store_true", help="score the A/B gate")
+    parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--max-time", type=float, default=None)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--suite", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    if args.ab:
+        ab_mode(
+            runs=args.runs or 25,
+            max_time=args.max_time or 0.05,
+            threads=0 if args.threads is None else args.threads,
+            processes=args.processes,
+            suite=args.suite,
+        )
+    else:
+        saved_mode(args.runs or 20, args.max_time or 0.2, args.threads or 1)
+
+
+def saved_mode(runs: int, max_time_s: float, threads: int) -> None:
+    """The saved-baseline gate, compared ``runs`` times with one saved run."""
     gates = {p: [parse_fail_expr(f"median:{p}%", "gate")] for p in (5, 2, 1)}
     sessions_failed = 0
     rules = ("gate as run", "ratio only", "99% CIs only")
@@ -75,9 +108,9 @@ def main() -> None:
     remeasured = 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "test_eight.py").write_text(tests_source(args.threads))
+        (folder / "test_eight.py").write_text(tests_source(threads))
         (folder / "pytest.ini").write_text("[pytest]\n")
-        max_time = f"--mps-benchmark-max-time={args.max_time}"
+        max_time = f"--mps-benchmark-max-time={max_time_s}"
         pytest_run(
             folder,
             max_time,
@@ -87,7 +120,7 @@ def main() -> None:
         (base_path,) = (folder / ".benchmarks").glob("*/0001_base.json")
         base = json.loads(base_path.read_text())
         stripped = storage.without_rounds(base)
-        for run in range(args.runs):
+        for run in range(runs):
             started = time.perf_counter()
             out = folder / f"run{run}.json"
             status = pytest_run(
@@ -118,12 +151,12 @@ def main() -> None:
             ]
             remeasured += len(again)
             print(
-                f"run {run + 1}/{args.runs}: exit {status}, slowest change "
+                f"run {run + 1}/{runs}: exit {status}, slowest change "
                 f"{worst:+.1%} ({took:.1f} s)"
                 + (f"; measured again: {', '.join(again)}" if again else "")
             )
     print()
-    print(f"gate {GATE}: {sessions_failed} of {args.runs} sessions failed")
+    print(f"gate {GATE}: {sessions_failed} of {runs} sessions failed")
     print(
         f"{remeasured} of {compared} measurements regressed at first and were "
         "measured again (up to 3 measurements in all; the last is the one scored)"
@@ -133,8 +166,240 @@ def main() -> None:
         print(
             f"median:{percent}%, {name}: {count} of {compared} comparisons "
             f"flagged ({count / compared:.1%}); {sessions[percent, name]} of "
-            f"{args.runs} sessions"
+            f"{runs} sessions"
         )
+
+
+# -- the A/B gate -------------------------------------------------------------------
+
+AB_CPU = """
+import random
+
+import pytest
+import torch
+
+torch.manual_seed(0)
+THREADS
+# One half of the benchmarks calls its work SLOWED times on this side.
+SLOWED = 10
+
+
+@pytest.fixture(params=["same", "slowed"])
+def calls(request):
+    return 10 if request.param == "same" else SLOWED
+
+
+def repeat(fn, times, *args):
+    for _ in range(times):
+        fn(*args)
+
+
+@pytest.mark.parametrize("n", [64, 128, 256])
+def test_mm(mps_benchmark, calls, n):
+    a = torch.randn(n, n)
+    mps_benchmark(repeat, torch.mm, calls, a, a)
+
+
+def test_softmax(mps_benchmark, calls):
+    x = torch.randn(256, 1024)
+    mps_benchmark(repeat, torch.softmax, calls, x, 1)
+
+
+def test_conv(mps_benchmark, calls):
+    conv = torch.nn.Conv2d(8, 16, 3)
+    x = torch.randn(4, 8, 32, 32)
+    with torch.no_grad():
+        mps_benchmark(repeat, conv, calls, x)
+
+
+def test_layer_norm(mps_benchmark, calls):
+    norm = torch.nn.LayerNorm(512)
+    x = torch.randn(64, 512)
+    with torch.no_grad():
+        mps_benchmark(repeat, norm, calls, x)
+
+
+def test_sorted(mps_benchmark, calls):
+    data = [random.Random(0).random() for _ in range(2000)]
+    mps_benchmark(repeat, sorted, calls, data)
+
+
+def test_sum(mps_benchmark, calls):
+    mps_benchmark(repeat, sum, calls, range(1000))
+"""
+
+AB_CUDA = """
+import pytest
+import torch
+
+torch.manual_seed(0)
+# One half of the benchmarks calls its work SLOWED times on this side.
+SLOWED = 10
+
+
+@pytest.fixture(params=["same", "slowed"])
+def calls(request):
+    return 10 if request.param == "same" else SLOWED
+
+
+def repeat(fn, times, *args):
+    for _ in range(times):
+        fn(*args)
+
+
+def chain(x):
+    # 20 elementwise kernels on 1M elements: launch-bound
+    for _ in range(10):
+        x = torch.sin(x)
+        x = x * 1.0001
+    return x
+
+
+def test_chain(mps_benchmark, calls):
+    x = torch.randn(1 << 20, device="cuda")
+    mps_benchmark(repeat, chain, calls, x)
+
+
+@pytest.mark.parametrize("n", [1024, 4096])
+def test_mm(mps_benchmark, calls, n):
+    a = torch.randn(n, n, device="cuda")
+    mps_benchmark(repeat, torch.mm, calls, a, a)
+
+
+def test_softmax(mps_benchmark, calls):
+    x = torch.randn(4096, 4096, device="cuda")
+    mps_benchmark(repeat, torch.softmax, calls, x, 1)
+"""
+
+
+def wilson(hits: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    z = 1.959964
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def git(folder: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(folder), *args], check=True, capture_output=True, text=True
+    )
+
+
+def ab_mode(
+    runs: int, max_time: float, threads: int, processes: int, suite: str
+) -> None:
+    """``runs`` A/B sessions; false alarms and power over all their comparisons."""
+    source = AB_CPU if suite == "cpu" else AB_CUDA
+    pin = (
+        f"torch.set_num_threads({threads})" if threads else "# torch's default threads"
+    )
+    source = source.replace("THREADS", pin)
+    print(
+        f"A/B gate at {GATE}, {processes} pairs of processes, suite {suite}, "
+        f"max time {max_time} s, "
+        + (f"torch on {threads} thread(s)" if threads else "torch's default threads")
+    )
+    false_alarms = same = caught = slowed = faster_same = 0
+    worst_same: list[float] = []
+    missed: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "test_ab.py").write_text(source)
+        (folder / "pytest.ini").write_text("[pytest]\n")
+        env_git = ("-c", "user.name=bench", "-c", "user.email=bench@localhost")
+        git(folder, "init", "-q")
+        git(folder, "add", "-A")
+        git(folder, *env_git, "commit", "-q", "-m", "base")
+        # the candidate: uncommitted, the slowed half doing 10% more work
+        (folder / "test_ab.py").write_text(source.replace("SLOWED = 10", "SLOWED = 11"))
+        for run in range(runs):
+            started = time.perf_counter()
+            out = folder / f"ab{run}.json"
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "-p",
+                    "no:randomly",
+                    "-p",
+                    "no:xdist",
+                    "--mps-benchmark-compare-rev=HEAD",
+                    f"--mps-benchmark-compare-processes={processes}",
+                    f"--mps-benchmark-compare-fail={GATE}",
+                    f"--mps-benchmark-max-time={max_time}",
+                    f"--mps-benchmark-json={out}",
+                ],
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            )
+            if done.returncode not in (0, 1) or not out.exists():
+                sys.exit(
+                    f"session {run + 1} exited {done.returncode}:\n"
+                    + done.stdout[-3000:]
+                )
+            report = json.loads(out.read_text())
+            if report["failures"] or report["only_base"] or report["only_here"]:
+                sys.exit(f"session {run + 1} could not compare: {report}")
+            alarms, hits, changes = [], 0, []
+            for name, found in report["benchmarks"].items():
+                if "same" in name:
+                    same += 1
+                    changes.append(found["ratio"] - 1)
+                    if found["verdict"] == "slower":
+                        alarms.append(
+                            f"{name} {found['ratio'] - 1:+.1%} p={found['p']:.3f}"
+                        )
+                    faster_same += found["verdict"] == "faster"
+                else:
+                    slowed += 1
+                    if found["verdict"] == "slower":
+                        hits += 1
+                    else:
+                        missed.append(
+                            f"session {run + 1}: {name} {found['ratio'] - 1:+.1%} "
+                            f"p={found['p']:.3f}"
+                        )
+            false_alarms += len(alarms)
+            caught += hits
+            worst_same.append(max(changes))
+            session_missed = [m for m in missed if m.startswith(f"session {run + 1}:")]
+            print(
+                f"session {run + 1}/{runs}: exit {done.returncode}, "
+                f"{len(alarms)} false alarm(s), {hits} of "
+                f"{len(report['benchmarks']) - len(changes)} slowed caught, largest "
+                f"unchanged {max(changes):+.1%} ({time.perf_counter() - started:.0f} s)"
+                + (f"; alarms: {'; '.join(alarms)}" if alarms else "")
+                + (
+                    f"; missed: {'; '.join(m.split(': ', 1)[1] for m in session_missed)}"
+                    if session_missed
+                    else ""
+                ),
+                flush=True,
+            )
+    low, high = wilson(false_alarms, same)
+    print()
+    print(
+        f"false alarms: {false_alarms} of {same} unchanged comparisons "
+        f"({false_alarms / same:.1%}, 95% CI {low:.1%} to {high:.1%}); "
+        f"{faster_same} read faster"
+    )
+    low, high = wilson(caught, slowed)
+    print(
+        f"power for 10% more work: {caught} of {slowed} caught "
+        f"({caught / slowed:.1%}, 95% CI {low:.1%} to {high:.1%})"
+    )
+    for line in missed:
+        print(f"  missed: {line}")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 
-from pytest_mps.benchmark import ab
+from pytest_mps.benchmark import ab, baton
 
 pytest_plugins = ["pytester"]
 
@@ -59,26 +61,29 @@ def test_a_slower_tree_is_caught_and_both_sides_are_kept(repo: pytest.Pytester) 
     result = repo.runpytest_subprocess(
         *FAST,
         "--mps-benchmark-compare-rev=HEAD",
-        "--mps-benchmark-compare-processes=4",
+        "--mps-benchmark-compare-processes=5",
         "--mps-benchmark-json=ab.json",
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "pytest-mps A/B: process 1 of 8 (HEAD)",
-            "pytest-mps A/B: process 2 of 8 (here)",
-            "pytest-mps A/B: process 3 of 8 (here)",
+            "pytest-mps A/B: pair 1 of 5",
+            "pytest-mps A/B: pair 5 of 5",
             "*pytest-mps A/B comparison*",
-            "pytest-mps A/B: HEAD (*) against this tree, 4 processes a side in "
-            "ABBA order*",
+            "pytest-mps A/B: HEAD (*) against this tree, 5 pairs of processes "
+            "taking turns block by block*",
             "this tree has uncommitted changes (* files, first pkg/__init__.py)*",
-            "Benchmark*HEAD*here*change*95% CI*p*verdict",
+            "Benchmark*HEAD*here*change*interval*p*verdict",
             "test_b.py::test_work * slower",
         ]
     )
     found = json.loads((repo.path / "ab.json").read_text())
     record = found["benchmarks"]["test_b.py::test_work"]
-    assert len(record["base_medians"]) == len(record["here_medians"]) == 4
+    assert len(record["base_medians"]) == len(record["here_medians"]) == 5
+    # every pair read six times the work, block by block
+    assert len(record["pair_ratios"]) == 5
+    assert all(r > 2 for r in record["pair_ratios"])
+    assert record["p"] == 1 / 32
     assert record["verdict"] == "slower" and record["ratio"] > 2
     low, high = record["ratio_ci95"]
     assert 1 < low <= record["ratio"] <= high
@@ -93,7 +98,7 @@ def test_a_benchmark_on_one_side_only_is_said_and_fails(repo: pytest.Pytester) -
         "def test_new(mps_benchmark):\n    mps_benchmark(lambda: None)\n"
     )
     result = repo.runpytest_subprocess(
-        *FAST, "--mps-benchmark-compare-rev=HEAD", "--mps-benchmark-compare-processes=4"
+        *FAST, "--mps-benchmark-compare-rev=HEAD", "--mps-benchmark-compare-processes=5"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["only here, not at HEAD: test_new.py::test_new"])
@@ -107,8 +112,8 @@ def test_a_benchmark_on_one_side_only_is_said_and_fails(repo: pytest.Pytester) -
             "ERROR: --mps-benchmark-compare-rev: 'nope' is not a commit of *",
         ),
         (
-            ("--mps-benchmark-compare-rev=HEAD", "--mps-benchmark-compare-processes=3"),
-            "ERROR: --mps-benchmark-compare-processes: at least 4 processes a side*",
+            ("--mps-benchmark-compare-rev=HEAD", "--mps-benchmark-compare-processes=4"),
+            "ERROR: --mps-benchmark-compare-processes: at least 5 processes a side*",
         ),
         (
             ("--mps-benchmark-compare-rev=HEAD", "-n", "2"),
@@ -140,19 +145,68 @@ def test_the_inner_runs_drop_the_options_the_comparison_sets() -> None:
     assert ab.inner_args(args) == ["tests/", "-k", "mm"]
 
 
-def test_abba_order_gives_each_side_as_many_processes() -> None:
-    assert ab.order(4) == list("ABBAABBA")
-    assert ab.order(5) == list("ABBAABBAAB")
+def test_the_turns_alternate_until_each_worker_exits() -> None:
+    # Two real workers (the baton's own client in child processes) asking for
+    # 3 and 5 turns: the controller alternates, then serves the one left.
+    script = (
+        "import sys\n"
+        "from pytest_mps.benchmark import baton\n"
+        "turns = baton.current()\n"
+        "for _ in range(int(sys.argv[1])):\n"
+        "    turns.take()\n"
+    )
+    workers, processes = [], []
+    for label, count in (("A", 3), ("B", 5)):
+        worker = baton.Worker(label)
+        env = {**os.environ, baton.ENV: worker.env_value}
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(count)],
+                env=env,
+                pass_fds=worker.child_fds,
+            )
+        )
+        worker.started()
+        workers.append(worker)
+    turns = baton.serve(workers)
+    for worker in workers:
+        worker.close()
+    assert [p.wait() for p in processes] == [0, 0]
+    assert "".join(turns) == "ABABABBB"
 
 
-def test_same_samples_are_same_and_a_clear_shift_is_slower() -> None:
-    base = [1.00, 1.02, 0.99, 1.01, 1.00]
-    ratio, low, high, p, slower, faster = ab.compare(base, base, 0.05)
-    assert ratio == 1 and not slower and not faster and p > 0.05
-    shifted = [v * 1.2 for v in base]
-    ratio, low, high, p, slower, faster = ab.compare(base, shifted, 0.05)
-    assert slower and not faster and p < 0.05
+def test_a_worker_has_no_turn_outside_the_gate() -> None:
+    assert baton.ENV not in os.environ
+    assert baton.current() is None
+
+
+def test_same_ratios_are_same_and_a_clear_shift_is_slower() -> None:
+    around_one = [1.00, 1.02, 0.99, 1.01, 0.995]
+    ratio, low, high, p, slower, faster = ab.compare(around_one, 0.05)
+    assert not slower and not faster and p > 0.05
+    assert low <= ratio <= high
+    shifted = [v * 1.2 for v in around_one]
+    ratio, low, high, p, slower, faster = ab.compare(shifted, 0.05)
+    assert slower and not faster and p == 1 / 32
     assert low <= ratio <= high and low > 1
-    # significant but under the floor: not a regression
-    small = [v * 1.03 + 0.001 for v in base]
-    assert not ab.compare(base, small, 0.05)[4]
+    # every pair slower, but under the floor: not a regression
+    small = [v * 1.03 + 0.02 for v in around_one]
+    assert not ab.compare(small, 0.05)[4]
+    # faster on every pair: improved, never slower
+    assert ab.compare([1 / v for v in shifted], 0.05)[5]
+
+
+def test_signed_rank_p_values_are_wilcoxons() -> None:
+    # five pairs all above: 1/32; one of five below with the smallest size:
+    # rank sum 14 of 15, reached by 2 of the 32 sign patterns
+    assert ab.signed_rank([0.1, 0.2, 0.3, 0.4, 0.5]) == (1 / 32, 1.0)
+    assert ab.signed_rank([-0.1, 0.2, 0.3, 0.4, 0.5])[0] == 2 / 32
+    above, below = ab.signed_rank([0.1, -0.2, 0.3, -0.4, 0.5])
+    assert above + below >= 1 and 0.2 < above < 0.8
+
+
+def test_pairs_are_matched_by_index_and_block_by_block() -> None:
+    base = {0: [1.0, 2.0, 1.0], 1: [1.0, 1.0, 1.0], 3: [1.0]}
+    here = {0: [1.1, 2.2, 1.1], 1: [2.0, 2.0, 2.0], 2: [5.0]}
+    # block by block, the host's slow block (2.0) is matched with its partner
+    assert ab.pair_ratios(base, here) == pytest.approx([1.1, 2.0])

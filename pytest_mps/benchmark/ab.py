@@ -4,17 +4,22 @@ A saved baseline comes from another process, and processes on one machine
 differ (measured up to 1.45x on a cloud GPU host for launch-bound work): no
 re-measuring within one session fixes that. So this session measures both
 sides itself, as asv's ``continuous`` does: REV is checked out into a
-temporary git worktree, and the selected benchmarks run in separate pytest
-processes, alternating between the two trees in ABBA blocks (A B B A A B ...)
-so that drift hits both sides alike.
+temporary git worktree, and the selected benchmarks run in pairs of pytest
+processes, one process on each tree.
 
-Each process is a sample: a benchmark's per-process medians are compared with
-a Mann-Whitney U test (a slow host mode then slows both sides' samples alike
-instead of deciding the verdict), and it regresses when the test says the
-sides differ (p < :data:`P_THRESHOLD`) *and* the ratio of the sides' medians
-passes the ``median:X%`` floor (``--mps-benchmark-compare-fail``, default
-5%). The change's 95% interval is the Hodges-Lehmann/Moses interval of the
-per-process ratios (from the same U distribution).
+A host also changes speed while it runs (this project's 2-core machine flips
+between two speeds 1.8x apart every 0.25 to 3 s), so the two processes of a
+pair run at the same time and take turns (:mod:`.baton`): each benchmark is
+measured as usual, then in short blocks of rounds, a block on one side, then
+a block on the other. A pair's ratio for a benchmark is the median of its
+blocks' ratios (here over REV), each block a few milliseconds from its
+partner. The pairs are the samples: a benchmark regresses when a one-sided
+Wilcoxon signed-rank test over the pairs' log ratios says this tree is slower
+(p < :data:`P_THRESHOLD`) *and* the median ratio passes the ``median:X%``
+floor (``--mps-benchmark-compare-fail``, default 5%). The change's interval
+is the Hodges-Lehmann interval of the pairs' ratios (95% where the pairs
+allow one; with five pairs, the range of their Walsh averages, 94%). Which
+side takes the first turn alternates from pair to pair.
 
 Each side imports the code of its own tree: the tests run from that tree (so
 ``pytest``'s rootdir-relative imports find its modules), and ``<tree>/src``
@@ -26,6 +31,7 @@ the project is not replaced: install it editable, or use a ``src/`` layout.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -36,10 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mps.benchmark.compare import _exact_cdf, mann_whitney
+from pytest_mps.benchmark import baton
 
-#: Two process samples differ below this p (four a side reach 0.029, five 0.008).
+#: A one-sided p below this says a side is slower (five pairs reach 1/32).
 P_THRESHOLD = 0.05
+#: Fewer pairs cannot reach P_THRESHOLD (four: 1/16 at best).
+MIN_PROCESSES = 5
 #: The change a regression must pass when --mps-benchmark-compare-fail names none.
 DEFAULT_FLOOR = 0.05
 #: Our options, and the ones the inner runs must not inherit.
@@ -63,11 +71,13 @@ class ABError(Exception):
 
 @dataclass
 class Side:
-    """One tree's per-process medians, by benchmark fullname."""
+    """One tree's per-process medians and block medians, by benchmark fullname."""
 
     label: str
     tree: Path
     medians: dict[str, list[float]] = field(default_factory=dict)
+    #: benchmark -> pair index -> that process's block medians
+    blocks: dict[str, dict[int, list[float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,7 @@ class Outcome:
     name: str
     base: tuple[float, ...]
     here: tuple[float, ...]
+    pairs: tuple[float, ...]
     ratio: float
     low: float
     high: float
@@ -89,6 +100,7 @@ class Outcome:
         return {
             "base_medians": list(self.base),
             "here_medians": list(self.here),
+            "pair_ratios": list(self.pairs),
             "ratio": self.ratio,
             "ratio_ci95": [self.low, self.high],
             "p": self.p,
@@ -132,51 +144,74 @@ def inner_args(args: Sequence[str]) -> list[str]:
     return kept
 
 
-def order(processes: int) -> list[str]:
-    """ABBA blocks: ``A B B A A B B A ...``, ``processes`` of each."""
-    found: list[str] = []
-    while len(found) < 2 * processes:
-        found += ["A", "B"] if (len(found) // 2) % 2 == 0 else ["B", "A"]
-    return found
+def _rank_sum_counts(n: int) -> list[int]:
+    """How many of the 2**n sign patterns give each positive-rank sum 0..n(n+1)/2."""
+    counts = [1] + [0] * (n * (n + 1) // 2)
+    for rank in range(1, n + 1):
+        for total in range(len(counts) - 1, rank - 1, -1):
+            counts[total] += counts[total - rank]
+    return counts
+
+
+def signed_rank(logs: Sequence[float]) -> tuple[float, float]:
+    """Exact one-sided Wilcoxon signed-rank p values: (above 0, below 0).
+
+    Zeros are dropped, as Wilcoxon's test does; ties of magnitude are ranked
+    in their order (ratios of timings hardly tie).
+    """
+    values = [x for x in logs if x != 0]
+    n = len(values)
+    if n == 0:
+        return 1.0, 1.0
+    order = sorted(range(n), key=lambda i: abs(values[i]))
+    positive = sum(rank + 1 for rank, i in enumerate(order) if values[i] > 0)
+    counts = _rank_sum_counts(n)
+    total = 2**n
+    above = sum(counts[positive:]) / total
+    below = sum(counts[: positive + 1]) / total
+    return above, below
 
 
 def compare(
-    base: Sequence[float], here: Sequence[float], floor: float
+    pairs: Sequence[float], floor: float
 ) -> tuple[float, float, float, float, bool, bool]:
-    """Ratio of medians, its 95% interval, p, regressed, improved."""
-    ratio = statistics.median(here) / statistics.median(base)
-    ratios = sorted(h / b for h in here for b in base)
-    m, n = len(base), len(here)
-    k = 0  # the largest U with 2 P(U <= u) <= 0.05
-    while 2 * _exact_cdf(m, n, k) <= 0.05:
+    """Median ratio, its interval, p, regressed, improved, from the pairs' ratios."""
+    logs = [math.log(r) for r in pairs]
+    ratio = statistics.median(pairs)
+    above, below = signed_rank(logs)
+    n = len(logs)
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    counts = _rank_sum_counts(n)
+    k, tail = 0, 0  # the largest k with P(W <= k - 1) <= 0.025
+    while tail + counts[k] <= 0.025 * 2**n:
+        tail += counts[k]
         k += 1
     if k == 0:
-        low, high = ratios[0], ratios[-1]
+        low, high = walsh[0], walsh[-1]
     else:
-        low, high = ratios[k - 1], ratios[len(ratios) - k]
-    _, p = mann_whitney(list(base), list(here))
-    different = p < P_THRESHOLD
-    return (
-        ratio,
-        low,
-        high,
-        p,
-        different and ratio > 1 + floor,
-        different and ratio < 1 / (1 + floor),
-    )
+        low, high = walsh[k - 1], walsh[len(walsh) - k]
+    slower = above < P_THRESHOLD and ratio > 1 + floor
+    faster = below < P_THRESHOLD and ratio < 1 / (1 + floor)
+    p = above if ratio >= 1 else below
+    return ratio, math.exp(low), math.exp(high), p, slower, faster
 
 
-def run_side(
-    side: Side, args: list[str], out: Path, invocation: Path, top: Path
-) -> str | None:
-    """One pytest process on ``side``'s tree; None, or the line why it failed."""
-    where = side.tree / invocation.relative_to(top)
-    env = dict(os.environ)
-    paths = [str(side.tree / "src"), str(side.tree)]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    command = [
+def pair_ratios(
+    base: dict[int, list[float]], here: dict[int, list[float]]
+) -> list[float]:
+    """Each pair's median block ratio, here over base, in pair order."""
+    found = []
+    for index in sorted(set(base) & set(here)):
+        ratios = [
+            h / b for b, h in zip(base[index], here[index], strict=False) if b > 0
+        ]
+        if ratios:
+            found.append(statistics.median(ratios))
+    return found
+
+
+def _command(out: Path, args: list[str]) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "pytest",
@@ -187,14 +222,63 @@ def run_side(
         "no:cacheprovider",
         "-q",
     ]
-    done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True)
-    if done.returncode not in (0, 5) or not out.exists():
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        return f"the run at {side.label} exited {done.returncode}: " + " | ".join(tail)
-    for entry in json.loads(out.read_text())["benchmarks"]:
-        name = str(entry["fullname"])
-        side.medians.setdefault(name, []).append(float(entry["stats"]["median"]))
-    return None
+
+
+def run_pair(
+    index: int,
+    sides: Sequence[Side],
+    args: list[str],
+    temp: Path,
+    invocation: Path,
+    top: Path,
+) -> list[str]:
+    """One process on each side, side by side, taking turns; the lines of failures."""
+    workers, runs = [], []
+    try:
+        for side in sides:
+            where = side.tree / invocation.relative_to(top)
+            env = dict(os.environ)
+            paths = [str(side.tree / "src"), str(side.tree)]
+            if env.get("PYTHONPATH"):
+                paths.append(env["PYTHONPATH"])
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+            worker = baton.Worker(side.label)
+            env[baton.ENV] = worker.env_value
+            out = temp / f"{side.label}-{index}.json"
+            log = open(temp / f"{side.label}-{index}.log", "w+")  # noqa: SIM115
+            process = subprocess.Popen(
+                _command(out, args),
+                cwd=where,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=worker.child_fds,
+            )
+            worker.started()
+            workers.append(worker)
+            runs.append((side, process, out, log))
+        baton.serve(workers)
+    finally:
+        for worker in workers:
+            worker.close()
+    failures = []
+    for side, process, out, log in runs:
+        code = process.wait()
+        log.seek(0)
+        tail = log.read().strip().splitlines()[-3:]
+        log.close()
+        if code not in (0, 5) or not out.exists():
+            failures.append(
+                f"the run at {side.label} exited {code}: " + " | ".join(tail)
+            )
+            continue
+        for entry in json.loads(out.read_text())["benchmarks"]:
+            name = str(entry["fullname"])
+            side.medians.setdefault(name, []).append(float(entry["stats"]["median"]))
+            blocks = entry.get("extra_info", {}).get("ab_blocks")
+            if blocks:
+                side.blocks.setdefault(name, {})[index] = [float(b) for b in blocks]
+    return failures
 
 
 @dataclass
@@ -228,9 +312,9 @@ class Report:
 
         out = [
             f"pytest-mps A/B: {self.rev} ({self.commit[:10]}) against this tree, "
-            f"{self.processes} processes a side in ABBA order; slower means "
-            f"p < {P_THRESHOLD} (Mann-Whitney over per-process medians) and "
-            f"over +{self.floor:.0%}"
+            f"{self.processes} pairs of processes taking turns block by block; "
+            f"slower means p < {P_THRESHOLD} (one-sided Wilcoxon signed-rank "
+            f"over the pairs' ratios) and over +{self.floor:.0%}"
         ]
         if self.dirty:
             out.append(
@@ -251,7 +335,7 @@ class Report:
         ]
         if rows:
             out += render(
-                ["Benchmark", self.rev, "here", "change", "95% CI", "p", "verdict"],
+                ["Benchmark", self.rev, "here", "change", "interval", "p", "verdict"],
                 rows,
             )
         out += [f"only at {self.rev}, not measured here: {n}" for n in self.only_base]
@@ -305,35 +389,37 @@ def run(
         tree = Path(temp) / "tree"
         git(top, "worktree", "add", "--detach", "--quiet", str(tree), commit)
         try:
-            sides = {"A": Side(rev, tree), "B": Side("here", top)}
+            base_side, here_side = Side(rev, tree), Side("here", top)
             failures: list[str] = []
-            for i, which in enumerate(order(processes)):
-                side = sides[which]
-                progress(
-                    f"pytest-mps A/B: process {i + 1} of {2 * processes} ({side.label})"
+            for index in range(processes):
+                # who takes the first turn alternates from pair to pair
+                pair = (
+                    [base_side, here_side] if index % 2 == 0 else [here_side, base_side]
                 )
-                failed = run_side(
-                    side, kept, Path(temp) / f"{which}{i}.json", invocation, top
-                )
-                if failed is not None:
-                    failures.append(failed)
+                progress(f"pytest-mps A/B: pair {index + 1} of {processes}")
+                failures += run_pair(index, pair, kept, Path(temp), invocation, top)
+                if failures:
                     break
         finally:
             subprocess.run(
                 ["git", "-C", str(top), "worktree", "remove", "--force", str(tree)],
                 capture_output=True,
             )
-    base, here = sides["A"].medians, sides["B"].medians
+    base, here = base_side.medians, here_side.medians
     outcomes = []
     for name in sorted(set(base) & set(here)):
-        if len(base[name]) < 2 or len(here[name]) < 2:
+        pairs = pair_ratios(
+            base_side.blocks.get(name, {}), here_side.blocks.get(name, {})
+        )
+        if len(pairs) < 2:
             continue
-        ratio, low, high, p, slower, faster = compare(base[name], here[name], floor)
+        ratio, low, high, p, slower, faster = compare(pairs, floor)
         outcomes.append(
             Outcome(
                 name,
                 tuple(base[name]),
                 tuple(here[name]),
+                tuple(pairs),
                 ratio,
                 low,
                 high,
@@ -364,18 +450,18 @@ def floor_of(exprs: Sequence[Any]) -> float:
 
 
 def valid_processes(value: str, where: str) -> int:
-    """At least 4 processes a side; ValueError naming ``where`` otherwise.
+    """At least :data:`MIN_PROCESSES` pairs; ValueError naming ``where`` otherwise.
 
-    With fewer, no Mann-Whitney p of two samples of process medians can pass
-    :data:`P_THRESHOLD` (three a side: 0.1 at best), so nothing could regress.
+    With fewer, no signed-rank p over the pairs can pass :data:`P_THRESHOLD`
+    (four pairs: 1/16 at best), so nothing could regress.
     """
     try:
         count = int(value)
     except ValueError:
         raise ValueError(f"{where}: {value!r} is not a number of processes") from None
-    if count < 4:
+    if count < MIN_PROCESSES:
         raise ValueError(
-            f"{where}: at least 4 processes a side (with {count} no difference "
-            f"could reach p < {P_THRESHOLD}), got {count}"
+            f"{where}: at least {MIN_PROCESSES} processes a side (with {count} no "
+            f"difference could reach p < {P_THRESHOLD}), got {count}"
         )
     return count

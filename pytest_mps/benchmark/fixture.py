@@ -16,7 +16,7 @@ from pytest_mps.benchmark.lock import measuring
 from pytest_mps.benchmark.options import PROPERTY, Settings
 from pytest_mps.benchmark.stats import Stats
 from pytest_mps.benchmark.storage import cpu_name
-from pytest_mps.benchmark.timer import Probe, Result, measure
+from pytest_mps.benchmark.timer import Probe, Result, measure, time_block
 from pytest_mps.devices import emulated
 
 #: The user property that carries one measurement to the controller (xdist too).
@@ -139,6 +139,8 @@ class MpsBenchmark:
         #: failing measurement is taken again (see :mod:`.confirm`).
         self._gate = gate
         self._attempts: dict[str | None, int] = {}
+        #: The A/B gate's block medians, by measurement name (:mod:`.baton`).
+        self._blocks: dict[str | None, list[float]] = {}
         #: True under --mps-benchmark-disable: functions run once, untimed.
         self.disabled = disabled
         self._settings = settings
@@ -267,11 +269,15 @@ class MpsBenchmark:
             # Decided at the first measurement, when the test has made its tensors.
             self.device, self.synced_devices = self._targets(self._item, args, kwargs)
             self._probe = make_probe(self._item.config, self.synced_devices)
+        from pytest_mps.benchmark import baton as ab_baton
         from pytest_mps.benchmark.confirm import ATTEMPTS
 
+        turns = ab_baton.current()
         attempts = 0
         while True:
             release_memory(self.synced_devices)
+            if turns is not None:
+                turns.take()
             with measuring(self._lock) as waited:
                 result, value = measure(
                     fn,
@@ -289,12 +295,57 @@ class MpsBenchmark:
             if not self._gate(self._entry(name, result, settings)):
                 break
         self._attempts[name] = attempts
+        if turns is not None:
+            self._blocks[name] = self._measure_blocks(
+                turns, result, fn, args, kwargs, setup, teardown, settings
+            )
         self._results[name] = result
         self._last = result
         self._pending.append((name, result, settings))
         if self.cprofile is not None:
             self._profile(name, fn, args, kwargs, setup, teardown)
         return value
+
+    def _measure_blocks(
+        self,
+        turns: Any,
+        result: Result,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        setup: Callable[[], Any] | None,
+        teardown: Callable[..., Any] | None,
+        settings: Settings,
+    ) -> list[float]:
+        """Short blocks of rounds, each in a turn of the A/B gate (:mod:`.baton`).
+
+        Each block times the main measurement's iterations for about
+        :data:`.baton.BLOCK_TIME`; its median is paired with the other side's
+        block of the same index, measured just before or after it.
+        """
+        from pytest_mps.benchmark import baton as ab_baton
+
+        iterations = result.stats.iterations
+        per_round = max(result.stats.median * iterations, 1e-9)
+        rounds = max(3, min(1000, round(ab_baton.BLOCK_TIME / per_round)))
+        medians = []
+        for _ in range(ab_baton.BLOCKS):
+            turns.take()
+            with measuring(self._lock):
+                medians.append(
+                    time_block(
+                        fn,
+                        args,
+                        kwargs,
+                        iterations=iterations,
+                        rounds=rounds,
+                        setup=setup,
+                        teardown=teardown,
+                        probe=self._probe,
+                        settings=settings,
+                    )
+                )
+        return medians
 
     def _profile(
         self,
@@ -344,6 +395,8 @@ class MpsBenchmark:
             hw = f"{cpu_name()} (MPS emulated by pytest-mps: CPU times)"
         extra = {k: _jsonable(v) for k, v in self.extra_info.items()}
         extra.update(result.extra_info())
+        if name in self._blocks:
+            extra["ab_blocks"] = self._blocks[name]
         if self._gate is not None:
             extra["gate_attempts"] = self._attempts.get(name, 1)
         extra.update(

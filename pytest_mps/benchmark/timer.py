@@ -404,3 +404,27 @@ def measure(
         margin=relative_margin(wall.data),
     )
     return result, runner.value
+
+
+def time_block(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    iterations: int,
+    rounds: int,
+    setup: Callable[[], Any] | None = None,
+    teardown: Callable[..., Any] | None = None,
+    probe: Probe | None = None,
+    settings: Settings | None = None,
+) -> float:
+    """The median seconds per call of ``rounds`` rounds, timed at once.
+
+    No warmup, no calibration, no ``gc.collect()`` (which takes tens of
+    milliseconds in a process holding torch): for the A/B gate's short
+    blocks, each timed right after a full :func:`measure` of the function.
+    """
+    runner = _Runner(fn, args, dict(kwargs), setup, probe or Probe(), teardown)
+    fixed = (settings or Settings())._replace(rounds=rounds)
+    timed = _timed_rounds(runner, iterations, rounds, fixed)
+    return statistics.median(r.complete / iterations for r in timed)
