@@ -30,6 +30,10 @@ softmax.
 
 Run:  python benchmarks/false_alarms.py --ab [--runs 25] [--processes 5]
           [--max-time 0.05] [--threads 0 (torch's default)] [--suite cpu|cuda]
+          [--keep DIR]
+      python benchmarks/false_alarms.py --rescore DIR
+``--rescore`` scores kept sessions again with their first 5, 6, ... pairs:
+what fewer pairs would have given, from the same measurements.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -84,14 +87,27 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--suite", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="copy each A/B session's JSON here"
+    )
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        default=None,
+        help="score the kept A/B sessions in this folder again, with the first "
+        "2..N pairs of each (how many pairs the gate needs)",
+    )
     args = parser.parse_args()
-    if args.ab:
+    if args.rescore is not None:
+        rescore(args.rescore)
+    elif args.ab:
         ab_mode(
             runs=args.runs or 25,
             max_time=args.max_time or 0.05,
             threads=0 if args.threads is None else args.threads,
             processes=args.processes,
             suite=args.suite,
+            keep=args.keep,
         )
     else:
         saved_mode(args.runs or 20, args.max_time or 0.2, args.threads or 1)
@@ -290,7 +306,12 @@ def git(folder: Path, *args: str) -> None:
 
 
 def ab_mode(
-    runs: int, max_time: float, threads: int, processes: int, suite: str
+    runs: int,
+    max_time: float,
+    threads: int,
+    processes: int,
+    suite: str,
+    keep: Path | None = None,
 ) -> None:
     """``runs`` A/B sessions; false alarms and power over all their comparisons."""
     source = AB_CPU if suite == "cpu" else AB_CUDA
@@ -319,35 +340,20 @@ def ab_mode(
         for run in range(runs):
             started = time.perf_counter()
             out = folder / f"ab{run}.json"
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    "-p",
-                    "no:randomly",
-                    "-p",
-                    "no:xdist",
-                    "--mps-benchmark-compare-rev=HEAD",
-                    f"--mps-benchmark-compare-processes={processes}",
-                    f"--mps-benchmark-compare-fail={GATE}",
-                    f"--mps-benchmark-max-time={max_time}",
-                    f"--mps-benchmark-json={out}",
-                ],
-                cwd=folder,
-                capture_output=True,
-                text=True,
-                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            status = pytest_run(
+                folder,
+                "--mps-benchmark-compare-rev=HEAD",
+                f"--mps-benchmark-compare-processes={processes}",
+                f"--mps-benchmark-compare-fail={GATE}",
+                f"--mps-benchmark-max-time={max_time}",
+                f"--mps-benchmark-json={out}",
             )
-            if done.returncode not in (0, 1) or not out.exists():
-                sys.exit(
-                    f"session {run + 1} exited {done.returncode}:\n"
-                    + done.stdout[-3000:]
-                )
+            if not out.exists():
+                sys.exit(f"session {run + 1} wrote no {out.name}")
             report = json.loads(out.read_text())
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / out.name).write_text(out.read_text())
             if report["failures"] or report["only_base"] or report["only_here"]:
                 sys.exit(f"session {run + 1} could not compare: {report}")
             alarms, hits, changes = [], 0, []
@@ -372,18 +378,18 @@ def ab_mode(
             false_alarms += len(alarms)
             caught += hits
             worst_same.append(max(changes))
-            session_missed = [m for m in missed if m.startswith(f"session {run + 1}:")]
+            session_missed = [
+                m.split(": ", 1)[1]
+                for m in missed
+                if m.startswith(f"session {run + 1}:")
+            ]
             print(
-                f"session {run + 1}/{runs}: exit {done.returncode}, "
+                f"session {run + 1}/{runs}: exit {status}, "
                 f"{len(alarms)} false alarm(s), {hits} of "
                 f"{len(report['benchmarks']) - len(changes)} slowed caught, largest "
                 f"unchanged {max(changes):+.1%} ({time.perf_counter() - started:.0f} s)"
                 + (f"; alarms: {'; '.join(alarms)}" if alarms else "")
-                + (
-                    f"; missed: {'; '.join(m.split(': ', 1)[1] for m in session_missed)}"
-                    if session_missed
-                    else ""
-                ),
+                + (f"; missed: {'; '.join(session_missed)}" if session_missed else ""),
                 flush=True,
             )
     low, high = wilson(false_alarms, same)
@@ -400,6 +406,35 @@ def ab_mode(
     )
     for line in missed:
         print(f"  missed: {line}")
+
+
+def rescore(folder: Path) -> None:
+    """The kept sessions' verdicts had they run only their first k pairs."""
+    from pytest_mps.benchmark import ab
+
+    sessions = [json.loads(p.read_text()) for p in sorted(folder.glob("ab*.json"))]
+    if not sessions:
+        sys.exit(f"{folder} holds no ab*.json (run --ab --keep {folder} first)")
+    most = min(
+        len(b["pair_ratios"]) for s in sessions for b in s["benchmarks"].values()
+    )
+    print(f"{len(sessions)} sessions, {most} pairs each, scored again at {GATE}")
+    for pairs in range(ab.MIN_PROCESSES, most + 1):
+        counts = {"same": [0, 0], "slowed": [0, 0]}
+        for session in sessions:
+            for name, found in session["benchmarks"].items():
+                ratios = found["pair_ratios"][:pairs]
+                slower = ab.compare(ratios, float(session["floor"]))[4]
+                kind = "same" if "same" in name else "slowed"
+                counts[kind][0] += slower
+                counts[kind][1] += 1
+        (alarms, same), (caught, slowed) = counts["same"], counts["slowed"]
+        low, high = wilson(caught, slowed)
+        print(
+            f"{pairs} pairs: false alarms {alarms} of {same}; power for 10% "
+            f"{caught} of {slowed} ({caught / slowed:.0%}, 95% CI {low:.0%} "
+            f"to {high:.0%})"
+        )
 
 
 if __name__ == "__main__":

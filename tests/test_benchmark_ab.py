@@ -210,3 +210,18 @@ def test_pairs_are_matched_by_index_and_block_by_block() -> None:
     here = {0: [1.1, 2.2, 1.1], 1: [2.0, 2.0, 2.0], 2: [5.0]}
     # block by block, the host's slow block (2.0) is matched with its partner
     assert ab.pair_ratios(base, here) == pytest.approx([1.1, 2.0])
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_blocks_run_on_the_pairs_core_and_the_thread_gets_its_cores_back() -> None:
+    cores = os.sched_getaffinity(0)
+    read_fd, write_fd = os.pipe()
+    turns = baton.Baton(read_fd, write_fd, cpu=max(cores))
+    with turns.pinned():
+        assert os.sched_getaffinity(0) == {max(cores)}
+    assert os.sched_getaffinity(0) == cores
+    # the controller hands both workers of a pair the same core
+    worker = baton.Worker("A", baton.shared_cpu())
+    assert worker.env_value.split(",")[2] == str(min(cores))
+    for fd in worker.child_fds:
+        os.close(fd)

@@ -10,16 +10,16 @@ processes, one process on each tree.
 A host also changes speed while it runs (this project's 2-core machine flips
 between two speeds 1.8x apart every 0.25 to 3 s), so the two processes of a
 pair run at the same time and take turns (:mod:`.baton`): each benchmark is
-measured as usual, then in short blocks of rounds, a block on one side, then
-a block on the other. A pair's ratio for a benchmark is the median of its
-blocks' ratios (here over REV), each block a few milliseconds from its
-partner. The pairs are the samples: a benchmark regresses when a one-sided
-Wilcoxon signed-rank test over the pairs' log ratios says this tree is slower
-(p < :data:`P_THRESHOLD`) *and* the median ratio passes the ``median:X%``
-floor (``--mps-benchmark-compare-fail``, default 5%). The change's interval
-is the Hodges-Lehmann interval of the pairs' ratios (95% where the pairs
-allow one; with five pairs, the range of their Walsh averages, 94%). Which
-side takes the first turn alternates from pair to pair.
+measured as usual, then in short blocks of rounds, a block on one side, then a
+block on the other, both on the same core. A pair's ratio for a benchmark is
+the median of its blocks' ratios (here over REV), each block a few milliseconds
+from its partner. The pairs are the samples: a benchmark regresses when a
+one-sided Wilcoxon signed-rank test over the pairs' log ratios says this tree is
+slower (p < :data:`P_THRESHOLD`) *and* the median ratio passes the
+``median:X%`` floor (``--mps-benchmark-compare-fail``, default 5%). The
+change's interval is the Hodges-Lehmann interval of the pairs' ratios (95%
+where the pairs allow one; with five pairs, the range of their Walsh averages,
+94%). Which side takes the first turn alternates from pair to pair.
 
 Each side imports the code of its own tree: the tests run from that tree (so
 ``pytest``'s rootdir-relative imports find its modules), and ``<tree>/src``
@@ -234,6 +234,7 @@ def run_pair(
 ) -> list[str]:
     """One process on each side, side by side, taking turns; the lines of failures."""
     workers, runs = [], []
+    cpu = baton.shared_cpu()
     try:
         for side in sides:
             where = side.tree / invocation.relative_to(top)
@@ -242,7 +243,7 @@ def run_pair(
             if env.get("PYTHONPATH"):
                 paths.append(env["PYTHONPATH"])
             env["PYTHONPATH"] = os.pathsep.join(paths)
-            worker = baton.Worker(side.label)
+            worker = baton.Worker(side.label, cpu)
             env[baton.ENV] = worker.env_value
             out = temp / f"{side.label}-{index}.json"
             log = open(temp / f"{side.label}-{index}.log", "w+")  # noqa: SIM115

@@ -19,11 +19,12 @@ worker's first turn.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO
 
-#: The environment variable that hands a worker its two pipe ends: "READ,WRITE".
+#: The variable that hands a worker its pipe ends and core: "READ,WRITE,CPU".
 ENV = "PYTEST_MPS_AB_BATON"
 #: Blocks each benchmark measures after its main measurement, under the baton.
 BLOCKS = 10
@@ -34,9 +35,31 @@ BLOCK_TIME = 0.01
 class Baton:
     """A worker's end: :meth:`take` waits for this process's turn."""
 
-    def __init__(self, read_fd: int, write_fd: int) -> None:
+    def __init__(self, read_fd: int, write_fd: int, cpu: int | None = None) -> None:
         self._read = os.fdopen(read_fd, "r", buffering=1)
         self._write = os.fdopen(write_fd, "w", buffering=1)
+        #: The core both workers of a pair time their blocks on.
+        self.cpu = cpu
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """The calling thread on :attr:`cpu` while open (Linux), as it was after.
+
+        The two processes of a pair otherwise run on cores of their own, and
+        a shared host's cores differ in speed at the same moment: pure-Python
+        blocks read up to 1.6x apart between the processes of one pair. Only
+        the calling thread moves: torch's worker threads, made by the full
+        measurement before, keep every core.
+        """
+        if self.cpu is None or not hasattr(os, "sched_setaffinity"):
+            yield
+            return
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {self.cpu})
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
 
     def take(self) -> None:
         """Ask for the turn and wait for it; the turn lasts until the next ask."""
@@ -58,8 +81,8 @@ def current() -> Baton | None:
     if not _baton:
         found = os.environ.pop(ENV, None)
         if found:
-            read_fd, write_fd = (int(v) for v in found.split(","))
-            _baton.append(Baton(read_fd, write_fd))
+            read_fd, write_fd, cpu = found.split(",")
+            _baton.append(Baton(int(read_fd), int(write_fd), int(cpu) if cpu else None))
         else:
             _baton.append(None)
     return _baton[0]
@@ -68,8 +91,9 @@ def current() -> Baton | None:
 class Worker:
     """The controller's end of one worker's two pipes."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, cpu: int | None = None) -> None:
         self.label = label
+        self.cpu = cpu
         to_read, self._to_write = os.pipe()  # controller -> worker
         self._from_read, from_write = os.pipe()  # worker -> controller
         self.child_fds = (to_read, from_write)
@@ -81,7 +105,8 @@ class Worker:
     @property
     def env_value(self) -> str:
         """What the worker finds in :data:`ENV`."""
-        return f"{self.child_fds[0]},{self.child_fds[1]}"
+        cpu = "" if self.cpu is None else str(self.cpu)
+        return f"{self.child_fds[0]},{self.child_fds[1]},{cpu}"
 
     def started(self) -> None:
         """Close the worker's ends here, once it has them."""
@@ -118,6 +143,13 @@ class Worker:
                     stream.close()
                 except OSError:
                     pass
+
+
+def shared_cpu() -> int | None:
+    """The core a pair's blocks run on: the first this process may use."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return min(os.sched_getaffinity(0))
 
 
 def serve(workers: Sequence[Worker]) -> list[str]:

@@ -331,7 +331,7 @@ class MpsBenchmark:
         medians = []
         for _ in range(ab_baton.BLOCKS):
             turns.take()
-            with measuring(self._lock):
+            with turns.pinned(), measuring(self._lock):
                 medians.append(
                     time_block(
                         fn,

@@ -84,13 +84,14 @@ NAME_HELP = "names in the table: short, normal (the default) or long (node ids).
 TIME_UNIT_HELP = "time unit of the tables: auto (per group), s, ms, us or ns."
 COMPARE_REV_HELP = (
     "measure the selected benchmarks at this git revision (a temporary "
-    "worktree) and in this tree, in alternating processes (ABBA), and compare "
-    "per benchmark: slower when a Mann-Whitney test over the per-process medians "
-    "says p < 0.05 and the change passes --mps-benchmark-compare-fail's median:X%% "
-    "(default 5%%). Trustworthy where processes differ (cloud hosts)."
+    "worktree) and in this tree, in pairs of processes that run side by side "
+    "and take turns block by block, and compare per benchmark: slower when a "
+    "one-sided Wilcoxon signed-rank test over the pairs' ratios says p < 0.05 "
+    "and the change passes --mps-benchmark-compare-fail's median:X%% (default "
+    "5%%). Trustworthy where the host's speed drifts (cloud hosts)."
 )
 COMPARE_PROCESSES_HELP = (
-    "processes a side for --mps-benchmark-compare-rev (default 5, at least 4)."
+    "pairs of processes for --mps-benchmark-compare-rev (default 5, at least 5)."
 )
 CPROFILE_HELP = (
     "profile each benchmarked function once more after timing it (cProfile) and "
