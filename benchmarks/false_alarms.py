@@ -351,11 +351,11 @@ def ab_mode(
             if not out.exists():
                 sys.exit(f"session {run + 1} wrote no {out.name}")
             report = json.loads(out.read_text())
+            if report["failures"] or report["only_base"] or report["only_here"]:
+                sys.exit(f"session {run + 1} could not compare: {report}")
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
                 (keep / out.name).write_text(out.read_text())
-            if report["failures"] or report["only_base"] or report["only_here"]:
-                sys.exit(f"session {run + 1} could not compare: {report}")
             alarms, hits, changes = [], 0, []
             for name, found in report["benchmarks"].items():
                 if "same" in name:
