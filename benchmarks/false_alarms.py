@@ -188,15 +188,8 @@ def saved_mode(runs: int, max_time_s: float, threads: int) -> None:
 
 # -- the A/B gate -------------------------------------------------------------------
 
-AB_CPU = """
-import random
-
-import pytest
-import torch
-
-torch.manual_seed(0)
-THREADS
-# One half of the benchmarks calls its work SLOWED times on this side.
+# The benchmarks' shared part: the same/slowed halves and the loop of calls.
+AB_COMMON = """# One half of the benchmarks calls its work SLOWED times on this side.
 SLOWED = 10
 
 
@@ -208,6 +201,17 @@ def calls(request):
 def repeat(fn, times, *args):
     for _ in range(times):
         fn(*args)
+"""
+
+AB_CPU = """
+import random
+
+import pytest
+import torch
+
+torch.manual_seed(0)
+THREADS
+COMMON
 
 
 @pytest.mark.parametrize("n", [64, 128, 256])
@@ -249,18 +253,7 @@ import pytest
 import torch
 
 torch.manual_seed(0)
-# One half of the benchmarks calls its work SLOWED times on this side.
-SLOWED = 10
-
-
-@pytest.fixture(params=["same", "slowed"])
-def calls(request):
-    return 10 if request.param == "same" else SLOWED
-
-
-def repeat(fn, times, *args):
-    for _ in range(times):
-        fn(*args)
+COMMON
 
 
 def chain(x):
@@ -314,7 +307,7 @@ def ab_mode(
     keep: Path | None = None,
 ) -> None:
     """``runs`` A/B sessions; false alarms and power over all their comparisons."""
-    source = AB_CPU if suite == "cpu" else AB_CUDA
+    source = (AB_CPU if suite == "cpu" else AB_CUDA).replace("COMMON", AB_COMMON)
     pin = (
         f"torch.set_num_threads({threads})" if threads else "# torch's default threads"
     )
