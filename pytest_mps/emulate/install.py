@@ -28,7 +28,17 @@ from typing import Any
 import torch
 
 from pytest_mps.audit import ops as mps_ops
-from pytest_mps.emulate import calls, lazy, memory, policy, serialization, tensor
+from pytest_mps.emulate import (
+    calls,
+    lazy,
+    memory,
+    op_rules,
+    policy,
+    serialization,
+    tagged,
+    tags,
+    tensor,
+)
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -109,6 +119,12 @@ class Runtime:
                 "Both events must be recorded before calculating elapsed time."
             )
         return (last - first) * 1000.0
+
+
+#: The designs of the emulated tensor (see :class:`Emulation`).
+DESIGNS = ("wrapper", "tags")
+#: Chooses the design for ``--mps-emulate`` (the wrapper unless set to tags).
+DESIGN_VARIABLE = "PYTEST_MPS_EMULATE_DESIGN"
 
 
 def allocated_bytes() -> int:
@@ -198,7 +214,9 @@ def reduce_device(value: Any) -> tuple[Any, tuple[Any, ...]]:
     return torch.device, args
 
 
-def grouping(original: Callable[..., Any]) -> Callable[..., Any]:
+def grouping(
+    original: Callable[..., Any], is_emulated: Callable[[Any], bool]
+) -> Callable[..., Any]:
     """``torch._C._group_tensors_by_device_and_dtype``, keyed by mps for ours.
 
     PyTorch's C++ groups by the C++ device, the CPU for an emulated tensor;
@@ -209,12 +227,12 @@ def grouping(original: Callable[..., Any]) -> Callable[..., Any]:
     def group(tensorlistlist: Any, with_indices: bool = False) -> Any:
         grouped = original(tensorlistlist, with_indices)
         firsts = tensorlistlist[0] if tensorlistlist else ()
-        if not any(tensor.is_emulated(t) for t in firsts):
+        if not any(is_emulated(t) for t in firsts):
             return grouped
         regrouped: dict[Any, Any] = {}
         for (device, dtype), (lists, indices) in grouped.items():
             for j, first in enumerate(lists[0]):
-                key = (policy.MPS if tensor.is_emulated(first) else device, dtype)
+                key = (policy.MPS if is_emulated(first) else device, dtype)
                 entry = regrouped.get(key)
                 if entry is None:
                     entry = regrouped[key] = ([[] for _ in lists], [])
@@ -422,20 +440,32 @@ def thread_start(
 
 
 class Emulation:
-    """One emulated session: the policy, the patches and the mode."""
+    """One emulated session: the policy, the patches and the mode.
+
+    ``design`` picks the emulated tensor: ``"wrapper"`` (:mod:`.tensor`, a
+    subclass holding its CPU data, judged per aten op) or ``"tags"``
+    (:mod:`.tagged`, plain CPU tensors whose storages are tagged, judged per
+    torch call; being built, see ``docs/emulation-design.md``).
+    """
 
     def __init__(
         self,
         macos: tuple[int, int],
         fallback: bool,
         budget: memory.Budget | None = None,
+        design: str = "wrapper",
     ) -> None:
+        if design not in DESIGNS:
+            raise ValueError(
+                f"{DESIGN_VARIABLE}={design!r}: the designs are {', '.join(DESIGNS)}"
+            )
+        self.design = design
         self.policy = policy.Policy(mps_ops.load_table(), fallback, macos)
         self.budget = budget
         self.runtime = Runtime(macos, budget)
         self.saved: list[tuple[Any, str, Any]] = []
         self.saved_items: list[tuple[dict[Any, Any], Any, Any]] = []
-        self.mode: calls.EmulationMode | None = None
+        self.mode: calls.EmulationMode | tagged.TagMode | None = None
         self.serialization: serialization.Patches | None = None
         self.autocast: AutocastPatch | None = None
         self.lazy: lazy.Patches | None = None
@@ -457,7 +487,12 @@ class Emulation:
         memory.current[0] = self.budget
         tensor.default_generator.manual_seed(torch.initial_seed())
         self._set(torch._C, "_has_mps", True)
-        for name, function in self.runtime.functions().items():
+        functions = self.runtime.functions()
+        if self.design == "tags":
+            functions["_mps_currentAllocatedMemory"] = tags.allocated_bytes
+            functions["_mps_driverAllocatedMemory"] = tags.allocated_bytes
+            tags.on_new[0] = None if self.budget is None else self.budget.track
+        for name, function in functions.items():
             self._set(torch._C, name, function)
         self._set(torch, "Generator", generator_class(torch.Generator))
         self._set_item(copyreg.dispatch_table, torch.device, reduce_device)
@@ -466,7 +501,10 @@ class Emulation:
         self._set(
             torch._C,
             "_group_tensors_by_device_and_dtype",
-            grouping(torch._C._group_tensors_by_device_and_dtype),
+            grouping(
+                torch._C._group_tensors_by_device_and_dtype,
+                tags.tagged if self.design == "tags" else tensor.is_emulated,
+            ),
         )
         for name, function in accelerator_functions().items():
             if hasattr(torch.accelerator, name):
@@ -475,13 +513,21 @@ class Emulation:
             if hasattr(torch.mps, name):
                 self._set(torch.mps, name, function)
         _clear_caches(torch.backends.mps)
-        self.serialization = serialization.Patches(tensor.wrap)
+        self.serialization = serialization.Patches(
+            _tag_loaded if self.design == "tags" else tensor.wrap
+        )
         self.autocast = AutocastPatch()
         self.lazy = lazy.Patches()
         from pytest_mps.watch import device_mix
 
-        device_mix.on_host[0] = policy.on_host
-        self.mode = calls.EmulationMode(self.policy)
+        if self.design == "tags":
+            op_rules.register(self.policy)
+            op_rules.activate(self.policy)
+            device_mix.on_host[0] = _host_untagged
+            self.mode = tagged.TagMode(self.policy)
+        else:
+            device_mix.on_host[0] = policy.on_host
+            self.mode = calls.EmulationMode(self.policy)
         self._set(threading.Thread, "start", thread_start(threading.Thread.start, self))
         self.mode.__enter__()  # type: ignore[no-untyped-call]
 
@@ -504,6 +550,8 @@ class Emulation:
         from pytest_mps.watch import device_mix
 
         device_mix.on_host[0] = None
+        op_rules.activate(None)
+        tags.on_new[0] = None
         for owner, name, value in reversed(self.saved):
             if value is _MISSING:
                 delattr(owner, name)
@@ -529,6 +577,23 @@ class Emulation:
 
 
 _MISSING = object()
+
+
+def _tag_loaded(host: torch.Tensor) -> torch.Tensor:
+    """A tensor ``torch.load`` puts on the device (tags design)."""
+    __tracebackhide__ = True
+    found = tensor.current[0]
+    if found is not None:
+        error = found.dtype_error(host.dtype)
+        if error is not None:
+            raise error
+    tags.tag(host)
+    return host
+
+
+def _host_untagged(value: torch.Tensor) -> bool:
+    """The watchers' view of a host tensor in the tags design."""
+    return value.device.type == "cpu" and not tags.tagged(value)
 
 
 def _draining(events: dict[int, Any], original: Any) -> Callable[[int], None]:

@@ -162,11 +162,18 @@ def _install(config: pytest.Config) -> None:
     if not backend.torch_installed():
         raise pytest.UsageError("--mps-emulate: torch is not installed")
     from pytest_mps.emulate import policy
-    from pytest_mps.emulate.install import Emulation
+    from pytest_mps.emulate.install import DESIGN_VARIABLE, Emulation
 
-    emulation = Emulation(
-        _macos(config), policy.fallback_enabled(os.environ), _budget(config)
-    )
+    design = os.environ.get(DESIGN_VARIABLE) or "wrapper"
+    try:
+        emulation = Emulation(
+            _macos(config),
+            policy.fallback_enabled(os.environ),
+            _budget(config),
+            design=design,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"--mps-emulate: {exc}") from None
     emulation.install()
     config.stash[_emulation_key] = emulation
 

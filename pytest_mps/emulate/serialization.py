@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from pytest_mps.emulate import tags
+
 #: Set on storages of the emulated device (Python objects of UntypedStorage).
 MARK = "_pytest_mps_emulated"
 #: Before torch's own taggers (the CPU's is 10, MPS's 21).
@@ -72,8 +74,10 @@ class _Rebuilt:
 
 
 def tag(storage: Any) -> str | None:
-    """``"mps"`` for the storage of an emulated tensor."""
-    return "mps" if getattr(storage, MARK, False) else None
+    """``"mps"`` for the storage of an emulated tensor (either design)."""
+    if getattr(storage, MARK, False) or tags.storage_tagged(storage):
+        return "mps"
+    return None
 
 
 def deserialize(storage: Any, location: str) -> Any:

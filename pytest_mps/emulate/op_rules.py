@@ -1,0 +1,132 @@
+"""Per-op rules of the tagged design, run at the dispatcher's BackendSelect key.
+
+In the tagged design (:mod:`.tags`) device tensors are CPU tensors, so no
+Python runs per aten op, which is what makes it cheap. The few ops a Mac
+would not run as they are get a Python kernel at the ``BackendSelect`` key
+instead: the ops with no MPS kernel (NotImplementedError, or PyTorch's
+fallback warning with ``PYTORCH_ENABLE_MPS_FALLBACK``) and the ops whose MPS
+kernel refuses some arguments (:mod:`pytest_mps.audit.kernels`). The kernel
+judges, then hands the call on below BackendSelect (the CPU kernel).
+BackendSelect sits below autograd, so the rules hold in backward too, and
+other ops never meet them.
+
+A rule acts only inside a call on the emulated device: the function mode
+(:mod:`.tagged`) raises a thread-local depth while it runs a call with a
+device tensor, as does ``backward()`` of a device tensor; CPU work of the same
+process runs untouched. Kernels are registered once per process and act
+only while an emulation is installed (:func:`activate`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pytest_mps.audit import ops as mps_ops
+from pytest_mps.emulate import policy
+
+_ACTED_ON = frozenset({mps_ops.FALLBACK, mps_ops.FORCED_FALLBACK})
+
+
+class _Depth(threading.local):
+    value = 0
+
+
+_depth = _Depth()
+#: The installed emulation's policy, or None (the kernels pass through).
+_current: list[policy.Policy | None] = [None]
+_library: list[Any] = []
+_registered: set[str] = set()
+
+
+class inside:
+    """Marks the calling thread as running a call on the emulated device."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _depth.value += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _depth.value -= 1
+
+
+INSIDE = inside()
+
+
+def active() -> bool:
+    """True while the calling thread runs a call on the emulated device."""
+    return _depth.value > 0
+
+
+def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
+    below = torch._C.DispatchKey.BackendSelect
+    name = key.removesuffix(".default")
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        rules = _current[0]
+        if rules is not None and _depth.value > 0:
+            # the installed emulation's rule: it follows its macOS version
+            rule = rules.argument_rules.get(key)
+            if rule is not None:
+                verdict = rule(args, kwargs, None)
+                if verdict is not None:
+                    rules.apply(verdict, name)
+            elif outcome in _ACTED_ON:
+                rules._apply_outcome(outcome, name)
+        return op.redispatch(keyset.remove(below), *args, **kwargs)
+
+    return kernel
+
+
+def _overloads() -> list[Any]:
+    """Every registered aten overload (``OpOverload``)."""
+    found = []
+    for qualified in torch._C._dispatch_get_all_op_names():
+        namespace, _, rest = qualified.partition("::")
+        if namespace != "aten":
+            continue
+        name, _, overload = rest.partition(".")
+        try:
+            packet = getattr(torch.ops.aten, name)
+            found.append(getattr(packet, overload or "default"))
+        except (AttributeError, RuntimeError):
+            continue
+    return found
+
+
+def register(rules: policy.Policy) -> int:
+    """Register the kernels this policy needs (once per op per process).
+
+    Returns how many ops have one now.
+    """
+    if not _library:
+        _library.append(torch.library.Library("aten", "IMPL"))  # type: ignore[no-untyped-call]
+    library = _library[0]
+    for op in _overloads():
+        full = op.name()
+        if full in _registered:
+            continue
+        prediction = rules.table.predict(full)
+        rule = rules.argument_rules.get(prediction.op)
+        if rule is None and prediction.outcome not in _ACTED_ON:
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "BackendSelect"):
+            continue  # a factory: BackendSelect already picks its backend
+        library.impl(
+            op,
+            _kernel(op, prediction.op, prediction.outcome),
+            "BackendSelect",
+            with_keyset=True,
+        )
+        _registered.add(full)
+    return len(_registered)
+
+
+def activate(rules: policy.Policy | None) -> None:
+    """Let the kernels judge for ``rules`` (None: they pass every call on)."""
+    _current[0] = rules

@@ -1,0 +1,584 @@
+"""The tagged design's function mode: CPU tensors that act as MPS tensors.
+
+A device tensor of this design is a plain CPU tensor whose storage carries a
+tag (:mod:`.tags`); the kernels that run on it are the CPU's, so autograd,
+views, in-place ops, ``.data``, storages and the lazy conj bit behave as
+PyTorch's own. One ``TorchFunctionMode`` (:class:`TagMode`) sees each torch
+call the user's code makes, once, however many aten ops it runs:
+
+- a call given ``device="mps"`` (or under ``torch.set_default_device("mps")``)
+  runs on the CPU and its tensors are tagged; ``t.to("mps")`` is a tagged
+  copy, ``t.cpu()`` an untagged one, in autograd's graph (``Tensor.to``);
+- a call with a device tensor among its arguments tags what it returns, and
+  raises first where a Mac raises: a CPU tensor that is not 0-dim beside
+  device tensors (PyTorch's text for the op's kernel family), a 0-dim one
+  where the Metal kernel binds it as a buffer, a CPU generator, a call rule
+  of the audit (``F.linear`` of integers); after it, a dtype MPS cannot hold
+  (float64) raises PyTorch's TypeError;
+- ``device``, ``is_mps``, ``is_cpu``, ``get_device()``, ``type()`` and
+  printing answer mps for a tagged tensor; ``numpy()`` refuses it;
+  ``.grad`` of a device parameter is tagged when read.
+
+Ops with no MPS kernel, and kernels that refuse some arguments, are judged
+per aten op by :mod:`.op_rules` while the mode runs a device call, in forward
+and backward. Per torch call this costs a dict lookup and a look at each
+tensor argument's storage, where the wrapper design pays a Python dispatch
+per aten op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.utils._device as _device
+from torch.overrides import TorchFunctionMode
+
+from pytest_mps.audit import rules as audit_rules
+from pytest_mps.emulate import lazy, op_rules, policy, tags
+from pytest_mps.emulate.policy import CPU, MPS
+from pytest_mps.emulate.tensor import EmulatedGenerator, default_generator
+from pytest_mps.watch.device_mix import BUFFER_KERNELS
+
+Tensor = torch.Tensor
+MARK = tags.MARK
+_RANDOM_FACTORIES = frozenset(
+    {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal}
+)
+_ALIASING_FACTORIES = frozenset({torch.as_tensor, torch.asarray})
+
+#: Calls that take host tensors beside device ones by design: copies and
+#: moves, indexing with host indices (TensorAdvancedIndexing.cpp moves them,
+#: ``make_info``), construction from data, metadata-only ``*_as``, and
+#: arguments PyTorch requires on the host: the lengths of
+#: ``pack_padded_sequence`` and the ``batch_sizes`` of packed RNN calls
+#: (torch/nn/utils/rnn.py; aten/src/ATen/native/PackedSequence.cpp), the
+#: lengths of ``ctc_loss`` (LossCTC.cpp takes IntArrayRef or host tensors).
+CROSSING = frozenset(
+    {
+        "copy_",
+        "to",
+        "cpu",
+        "setitem",
+        "getitem",
+        "index_put_",
+        "index_put",
+        "set_",
+        "tensor",
+        "as_tensor",
+        "asarray",
+        "new_tensor",
+        "expand_as",
+        "view_as",
+        "reshape_as",
+        "type_as",
+        "is_same_size",
+        "_pack_padded_sequence",
+        "pack_padded_sequence",
+        "_pad_packed_sequence",
+        "lstm",
+        "gru",
+        "rnn_tanh",
+        "rnn_relu",
+        "ctc_loss",
+        "_has_compatible_shallow_copy_type",
+        "set",  # a property's setter: p.data = t (the storage carries the tag)
+    }
+)
+#: Calls whose outputs at these positions stay on the host by design: the
+#: batch sizes of a packed sequence must be a CPU tensor (PackedSequence
+#: refuses others: "batch_sizes should always be on CPU").
+HOST_OUTPUTS = {"_pack_padded_sequence": frozenset({1})}
+
+
+def _is_mps(device: Any) -> bool:
+    if type(device) is str:
+        return device.partition(":")[0].strip() == "mps"
+    return isinstance(device, torch.device) and device.type == "mps"
+
+
+def _op_name(func: Any) -> str:
+    """The aten-style name of a torch call: ``__imul__`` is ``mul_``."""
+    name = getattr(func, "__name__", "") or ""
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        name = name[2:-2]
+        if name.startswith("i") and name[1:] in _INPLACE_DUNDERS:
+            return name[1:] + "_"
+        if name.startswith("r") and name[1:] in _INPLACE_DUNDERS:
+            return name[1:]
+    return name
+
+
+_INPLACE_DUNDERS = frozenset(
+    {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor"}
+    | {"lshift", "rshift", "matmul", "div"}
+)
+
+
+def tag_outputs(out: Any, hosts: Sequence[Tensor], skip: frozenset[int]) -> None:
+    """Tag each tensor ``out`` holds unless it is a host input or kept on the host."""
+    if isinstance(out, Tensor):
+        if not hosts or all(out is not h for h in hosts):
+            tags.tag(out)
+        return
+    if type(out) is tuple or type(out) is list or isinstance(out, tuple):
+        for index, item in enumerate(out):
+            if index in skip:
+                continue
+            if isinstance(item, Tensor):
+                if not hosts or all(item is not h for h in hosts):
+                    tags.tag(item)
+            elif type(item) is tuple or type(item) is list:
+                for inner in item:
+                    if isinstance(inner, Tensor):
+                        tags.tag(inner)
+
+
+class TagMode(TorchFunctionMode):
+    """Sees every torch call of the thread that entered it (see the module doc)."""
+
+    def __init__(self, rules: policy.Policy) -> None:
+        super().__init__()
+        self.rules = rules
+        self.bad_dtypes = rules.bad_dtypes
+        self.call_rules: dict[Any, tuple[str, Callable[..., Any]]] = (
+            audit_rules.call_rules()
+        )
+        self.iterators = frozenset(
+            name.partition(".")[0].removesuffix("_") for name in rules.table.iterators
+        )
+        self.names: dict[Any, str] = {}
+        self.special: dict[Any, Callable[..., Any]] = {
+            _property(Tensor, "device").__get__: self._device,
+            _property(Tensor, "is_mps").__get__: self._is_mps_get,
+            _property(Tensor, "is_cpu").__get__: self._is_cpu,
+            Tensor.get_device: self._get_device,
+            Tensor.type: self._type,
+            Tensor.to: self._to,
+            Tensor.cpu: self._cpu,
+            Tensor.numpy: self._numpy,
+            Tensor.__array__: self._array,
+            Tensor.__repr__: self._repr,
+            _property(Tensor, "grad").__get__: self._grad_get,
+            _property(Tensor, "grad").__set__: self._grad_set,
+            Tensor.backward: self._backward,
+            torch.autograd.backward: self._autograd,
+            torch.autograd.grad: self._autograd,
+            torch._C._nn._parse_to: self._pass,
+            torch._has_compatible_shallow_copy_type: self._pass,
+        }
+
+    # -- every call ---------------------------------------------------------------
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        __tracebackhide__ = True
+        if kwargs is None:
+            kwargs = {}
+        special = self.special.get(func)
+        if special is not None:
+            return special(func, args, kwargs)
+        device = kwargs.get("device")
+        if device is None and _device.CURRENT_DEVICE is not None:
+            # torch.set_default_device("mps"): its mode sits below this one
+            if func in _device._device_constructors():
+                device = _device.CURRENT_DEVICE
+                kwargs = {**kwargs, "device": device}
+        if device is not None and _is_mps(device):
+            return self._factory(func, args, kwargs)
+        on_device = False
+        hosts: list[Tensor] = []
+        for value in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(value, Tensor):
+                try:
+                    marks = value.untyped_storage().__dict__
+                except (RuntimeError, NotImplementedError, ValueError):
+                    continue
+                if MARK in marks:
+                    on_device = True
+                else:
+                    hosts.append(value)
+            elif type(value) is list or type(value) is tuple:
+                for item in value:
+                    if isinstance(item, Tensor):
+                        try:
+                            marks = item.untyped_storage().__dict__
+                        except (RuntimeError, NotImplementedError, ValueError):
+                            continue
+                        if MARK in marks:
+                            on_device = True
+                        else:
+                            hosts.append(item)
+        generator = kwargs.get("generator")
+        if not on_device:
+            if type(generator) is EmulatedGenerator:
+                self.rules.check_generator(generator, CPU)
+            return func(*args, **kwargs)
+        if device is not None:
+            # zeros_like(t, device="cpu"): made on the host, as asked
+            return func(*args, **kwargs)
+        name = self.names.get(func)
+        if name is None:
+            name = self.names[func] = _op_name(func)
+        found = self.call_rules.get(func)
+        if found is not None:
+            # F.linear's own placement and dtype texts come first; the rule
+            # reads .device, which only the mode answers with mps
+            with self:
+                verdict = found[1](args, kwargs)
+            if verdict is not None:
+                self.rules.apply(verdict, found[0])
+        if hosts:
+            self._check_hosts(func, name, args, kwargs, hosts)
+        if generator is not None and type(generator) is not EmulatedGenerator:
+            self.rules.check_generator(generator, MPS)
+        depth = op_rules._depth
+        depth.value += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            depth.value -= 1
+        if type(out) is Tensor:  # the common case, inline
+            message = self.bad_dtypes.get(out.dtype)
+            if message is not None:
+                raise TypeError(message)
+            marks = out.untyped_storage().__dict__
+            if MARK not in marks and (not hosts or all(out is not h for h in hosts)):
+                tags.tag(out)
+            return out
+        self._check_dtype(out)
+        tag_outputs(out, hosts, HOST_OUTPUTS.get(name, frozenset()))
+        return out
+
+    # -- checks ---------------------------------------------------------------------
+
+    def _check_hosts(
+        self,
+        func: Any,
+        name: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        hosts: list[Tensor],
+    ) -> None:
+        """Raise as a Mac does for host tensors beside device ones."""
+        __tracebackhide__ = True
+        if name in CROSSING:
+            return
+        cpu = [h for h in hosts if h.device.type == "cpu"]
+        scalars = [h for h in cpu if h.dim() == 0]
+        base = name.removesuffix("_")
+        if scalars and base in BUFFER_KERNELS:
+            argument = _argument_name(func, args, kwargs, scalars[0])
+            raise RuntimeError(
+                policy.BUFFER_SCALAR.format(
+                    op=f"aten::{name}", argument=argument, source=BUFFER_KERNELS[base]
+                )
+            )
+        others = [h for h in hosts if h.dim() != 0 or h.device.type != "cpu"]
+        if not others:
+            return  # 0-dim host tensors: scalars to PyTorch's device check
+        if base in ("mm", "addmm", "matmul"):
+            raise RuntimeError(_same_gpu_text(base, args, kwargs))
+        if base in self.iterators:
+            # a TensorIterator lists its outputs first: a host tensor written
+            # in place (exp_avg.lerp_(grad, w) with CPU state) comes first
+            written = kwargs.get("out")
+            if written is None and name.endswith("_") and args:
+                written = args[0]
+            if any(written is h for h in others):
+                first, second = others[0].device, MPS
+            else:
+                first, second = MPS, others[0].device
+            raise RuntimeError(policy.TWO_DEVICES.format(first=first, second=second))
+        raise RuntimeError(policy.PLACEHOLDER)
+
+    def _check_dtype(self, out: Any) -> None:
+        __tracebackhide__ = True
+        if isinstance(out, Tensor):
+            message = self.bad_dtypes.get(out.dtype)
+            if message is not None:
+                raise TypeError(message)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                if isinstance(item, Tensor):
+                    message = self.bad_dtypes.get(item.dtype)
+                    if message is not None:
+                        raise TypeError(message)
+
+    def _check_new_dtype(self, dtype: torch.dtype | None) -> None:
+        __tracebackhide__ = True
+        if dtype is not None:
+            message = self.bad_dtypes.get(dtype)
+            if message is not None:
+                raise TypeError(message)
+
+    # -- calls taken over -----------------------------------------------------------
+
+    def _factory(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A call given ``device="mps"``: run it on the CPU, tag what it makes."""
+        __tracebackhide__ = True
+        options = dict(kwargs)
+        options["device"] = CPU
+        self._check_new_dtype(options.get("dtype"))
+        generator = options.get("generator")
+        if generator is not None:
+            self.rules.check_generator(generator, MPS)
+        elif func in _RANDOM_FACTORIES:
+            options["generator"] = default_generator
+        with op_rules.INSIDE:
+            out = func(*args, **options)
+        if not isinstance(out, Tensor):
+            return out
+        if not tags.tagged(out) and (
+            func in _ALIASING_FACTORIES or _shares_host_storage(out, args)
+        ):
+            out = out.clone()
+        self._check_dtype(out)
+        tags.tag(out)
+        return out
+
+    def _pass(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return func(*args, **kwargs)
+
+    def _device(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        value = args[0]
+        if lazy.is_lazy(value):
+            return MPS if lazy.on_device(value) else func(*args, **kwargs)
+        if tags.tagged(value):
+            return MPS
+        return func(*args, **kwargs)
+
+    def _is_mps_get(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        return tags.tagged(args[0]) or func(*args, **kwargs)
+
+    def _is_cpu(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return not tags.tagged(args[0]) and func(*args, **kwargs)
+
+    def _get_device(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        return 0 if tags.tagged(args[0]) else func(*args, **kwargs)
+
+    def _type(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """``t.type()``: ``torch.mps.FloatTensor`` for a device tensor."""
+        __tracebackhide__ = True
+        base = args[0]
+        wanted = args[1] if len(args) > 1 else kwargs.get("dtype")
+        if wanted is None:
+            name: str = func(base)
+            if tags.tagged(base):
+                return "torch.mps." + name.removeprefix("torch.")
+            return name
+        if isinstance(wanted, str) and wanted.startswith("torch.mps."):
+            host_type = "torch." + wanted.removeprefix("torch.mps.")
+            dtype = torch.empty(0).type(host_type).dtype
+            return self._to(Tensor.to, (base, MPS, dtype), {})
+        out = func(*args, **kwargs)
+        if tags.tagged(base) and out.device.type == "cpu" and out is not base:
+            # t.type(torch.float16) stays on the device
+            self._check_dtype(out)
+            tags.tag(out)
+        return out
+
+    def _to(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """``Tensor.to`` in every form, the device read from the tags."""
+        __tracebackhide__ = True
+        source: Tensor = args[0]
+        copy = bool(kwargs.get("copy", False))
+        rest = {k: v for k, v in kwargs.items() if k != "copy"}
+        first = args[1] if len(args) > 1 else rest.get("other")
+        if isinstance(first, Tensor):
+            device: torch.device | None = MPS if tags.tagged(first) else first.device
+            dtype: torch.dtype | None = first.dtype
+            non_blocking = bool(rest.get("non_blocking", False))
+            memory_format = None
+        else:
+            device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
+                *args[1:], **rest
+            )
+        if lazy.is_lazy(source):
+            return lazy.move(source, device or source.device, dtype)
+        on_device = tags.tagged(source)
+        to_device = device.type == "mps" if device is not None else on_device
+        if to_device:
+            self._check_new_dtype(dtype if dtype is not None else source.dtype)
+            host = source
+            if source.device.type != "cpu":
+                host = source.to("cpu")  # meta raises PyTorch's own error
+            out = Tensor.to(
+                host,
+                dtype=dtype,
+                non_blocking=non_blocking,
+                copy=copy or not on_device,
+                memory_format=memory_format or torch.preserve_format,
+            )
+            tags.tag(out)
+            return out
+        if on_device and device is not None and device.type == "cpu":
+            return Tensor.to(
+                source,
+                device=CPU,
+                dtype=dtype,
+                non_blocking=non_blocking,
+                copy=True,
+                memory_format=memory_format or torch.preserve_format,
+            )
+        return func(*args, **kwargs)
+
+    def _cpu(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if tags.tagged(args[0]):
+            return Tensor.to(
+                args[0],
+                device=CPU,
+                copy=True,
+                memory_format=kwargs.get("memory_format") or torch.preserve_format,
+            )
+        return func(*args, **kwargs)
+
+    def _numpy(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if tags.tagged(args[0]):
+            if not kwargs.get("force", False):
+                raise TypeError(policy.TO_NUMPY)
+            return Tensor.numpy(args[0].detach().clone())
+        return func(*args, **kwargs)
+
+    def _array(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if tags.tagged(args[0]):
+            raise TypeError(policy.TO_NUMPY)
+        return func(*args, **kwargs)
+
+    def _repr(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """Printed as PyTorch prints an MPS tensor (``device='mps:0'``)."""
+        if tags.tagged(args[0]):
+            # with the mode pushed again, _str reads the device as mps
+            with self:
+                text: str = torch._tensor_str._str(args[0], **kwargs)  # type: ignore[no-untyped-call]
+            return text
+        return func(*args, **kwargs)
+
+    def _grad_get(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``p.grad``: autograd made it on the CPU; it is on the device of ``p``."""
+        grad = func(*args, **kwargs)
+        if grad is not None and tags.tagged(args[0]):
+            tags.tag(grad)
+        return grad
+
+    def _grad_set(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        __tracebackhide__ = True
+        target, value = args[0], args[1]
+        if isinstance(value, Tensor) and tags.tagged(target) != tags.tagged(value):
+            found = "mps" if tags.tagged(value) else value.device.type
+            wanted = "mps" if tags.tagged(target) else target.device.type
+            raise RuntimeError(
+                f"attempting to assign a gradient with device type '{found}' to a "
+                f"tensor with device type '{wanted}'. Please ensure that the "
+                "gradient and the tensor are on the same device"
+            )
+        return func(*args, **kwargs)
+
+    def _backward(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``y.backward(gradient)``: the engine's device check, rules in backward."""
+        __tracebackhide__ = True
+        base = args[0]
+        if not tags.tagged(base):
+            return func(*args, **kwargs)
+        gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
+        if isinstance(gradient, Tensor) and not tags.tagged(gradient):
+            if gradient.dim() != 0:
+                raise RuntimeError(
+                    f"invalid gradient at index 0 - expected device {MPS} but got "
+                    f"{gradient.device}"
+                )
+        with op_rules.INSIDE:
+            return func(*args, **kwargs)
+
+    def _autograd(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``torch.autograd.backward``/``grad``: the rules hold in backward."""
+        __tracebackhide__ = True
+        with op_rules.INSIDE:
+            out = func(*args, **kwargs)
+        if func is torch.autograd.grad:
+            tag_outputs(out, (), frozenset())
+        return out
+
+
+def _property(owner: type, name: str) -> Any:
+    """The descriptor ``owner.name`` (its getter and setter reach the mode)."""
+    for klass in owner.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    raise AttributeError(name)
+
+
+def _shares_host_storage(out: Tensor, args: Sequence[Any]) -> bool:
+    """True when ``out`` aliases a host tensor among ``args`` (``as_tensor(t)``)."""
+    if out.layout != torch.strided:
+        return False
+    key = out.untyped_storage()._cdata
+    for value in args:
+        if isinstance(value, Tensor) and value.layout == torch.strided:
+            if value.untyped_storage()._cdata == key:
+                return True
+    return False
+
+
+def _argument_name(
+    func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], value: Tensor
+) -> str:
+    """The name the user gave ``value`` in the call (``weight`` of lerp)."""
+    for name, given in kwargs.items():
+        if given is value:
+            return name
+    names = ("self", "end", "weight")  # lerp(self, end, weight), its only case now
+    for position, given in enumerate(args):
+        if given is value:
+            return names[position] if position < len(names) else f"#{position}"
+    return "?"
+
+
+def _same_gpu_text(base: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The text of checkAllSameGPU for the mm family (see :data:`.policy.SAME_GPU`)."""
+    where, names = policy.SAME_GPU["mm" if base == "matmul" else base]
+    labelled = []
+    for position, name in enumerate(names):
+        value = args[position] if position < len(args) else kwargs.get(name)
+        host = (
+            isinstance(value, Tensor)
+            and not tags.tagged(value)
+            and value.device.type == "cpu"
+        )
+        labelled.append((f"argument #{position + 1} '{name}'", host))
+    first, first_host = labelled[0]
+    for other, other_host in labelled[1:]:
+        if first_host or other_host:
+            text = "".join(
+                f"Tensor for {label} is on CPU, "
+                for label, host in ((first, first_host), (other, other_host))
+                if host
+            )
+            return (
+                f"{text}but expected it to be on GPU (while checking arguments "
+                f"for {where})"
+            )
+    return policy.PLACEHOLDER

@@ -1,0 +1,80 @@
+"""Which CPU storages are on the emulated MPS device: a tag per storage.
+
+The tagged design of the emulation (``../shared/design/emulation.md``; the
+``tags`` design of :class:`.install.Emulation`) keeps every tensor an
+ordinary CPU tensor, so autograd and every kernel see the CPU. "On the
+emulated device" is a mark on the tensor's storage. Views, ``.data``,
+``.detach()``, ``nn.Parameter(x)``, ``p.data = y`` and in-place ops share
+their tensor's storage, so they carry the mark with no work; a mark on the
+tensor object would be lost by each.
+
+PyTorch keeps one Python object per storage for as long as the storage lives
+(``a.untyped_storage() is a.untyped_storage()``, torch 2.6 onwards), so an
+attribute on that object lives exactly as long as the storage, and a new
+storage at a reused address starts unmarked. Reading it costs one attribute
+lookup; there is no registry to keep. The live device storages are found
+when asked (:func:`allocated_bytes`): storages are objects the garbage
+collector tracks.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+#: The attribute set on the storages of the emulated device.
+MARK = "_pytest_mps_device"
+#: Called with each newly tagged tensor (the emulated memory limit), or None.
+on_new: list[Callable[[torch.Tensor], None] | None] = [None]
+
+
+def tag(tensor: torch.Tensor) -> None:
+    """Put ``tensor``'s storage (and so every view of it) on the device."""
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, ValueError):
+        return  # sparse, nested, uninitialized: no storage of their own
+    if MARK not in storage.__dict__:
+        track = on_new[0]
+        if track is not None:
+            track(tensor)
+        setattr(storage, MARK, True)
+
+
+def untag(tensor: torch.Tensor) -> None:
+    """Take ``tensor``'s storage off the device."""
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, ValueError):
+        return
+    storage.__dict__.pop(MARK, None)
+
+
+def tagged(value: object) -> bool:
+    """True for a tensor whose storage is on the emulated device."""
+    if not isinstance(value, torch.Tensor):
+        return False
+    try:
+        return MARK in value.untyped_storage().__dict__
+    except (RuntimeError, NotImplementedError, ValueError):
+        return False
+
+
+def storage_tagged(storage: Any) -> bool:
+    """True for an ``UntypedStorage`` on the emulated device."""
+    return bool(getattr(storage, MARK, False))
+
+
+def storages() -> Iterator[Any]:
+    """The tagged storages alive now (a walk over the collector's objects)."""
+    for found in gc.get_objects():
+        if type(found) is torch.UntypedStorage and MARK in found.__dict__:
+            yield found
+
+
+def allocated_bytes() -> int:
+    """Bytes held by the tagged storages alive now."""
+    return sum(storage.nbytes() for storage in storages())

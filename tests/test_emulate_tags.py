@@ -1,0 +1,263 @@
+"""The tagged design of the emulated device (``PYTEST_MPS_EMULATE_DESIGN=tags``).
+
+Device tensors are CPU tensors whose storage is tagged (emulate/tags.py), run
+through one function mode (emulate/tagged.py) and per-op kernels at
+BackendSelect (emulate/op_rules.py). These tests install it in this process
+with real tensors and modules, and check what a Mac does: the device's
+answers, the classic bugs with PyTorch's messages, and correct code running
+with the CPU's numbers.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from pytest_mps.emulate import op_rules, tags
+from pytest_mps.emulate.install import Emulation
+
+TWO_DEVICES = (
+    "Expected all tensors to be on the same device, but found at least two "
+    "devices, {} and {}!"
+)
+FLOAT64 = "Cannot convert a MPS Tensor to float64 dtype"
+MPS = torch.device("mps", 0)
+
+
+@pytest.fixture
+def emulated() -> Iterator[Emulation]:
+    emulation = Emulation((99, 0), fallback=False, design="tags")
+    emulation.install()
+    try:
+        yield emulation
+    finally:
+        emulation.undo()
+
+
+def test_a_device_tensor_answers_as_an_mps_tensor(emulated: Emulation) -> None:
+    x = torch.ones(2, 3, device="mps")
+    assert x.device == MPS and x.is_mps and not x.is_cpu and not x.is_cuda
+    assert x.get_device() == 0 and x.type() == "torch.mps.FloatTensor"
+    assert "device='mps:0'" in repr(x)
+    # views, .data, detach and Parameter share the storage, and so the tag
+    assert x[0].device == MPS and x.data.device == MPS and x.detach().device == MPS
+    assert torch.nn.Parameter(x).device == MPS
+    assert "Parameter containing" in repr(torch.nn.Parameter(x))
+    assert (x * 2 + x).device == MPS
+    assert torch.zeros_like(x).device == MPS
+    assert torch.zeros_like(x, device="cpu").device.type == "cpu"
+
+
+def test_moves_copy_between_the_device_and_the_host(emulated: Emulation) -> None:
+    host = torch.arange(6.0).reshape(2, 3)
+    on_device = host.to("mps")
+    assert on_device.device == MPS and host.device.type == "cpu"
+    assert on_device.untyped_storage().data_ptr() != host.untyped_storage().data_ptr()
+    for back in (on_device.cpu(), on_device.to("cpu"), on_device.to(host)):
+        assert back.device.type == "cpu"
+        assert (
+            back.untyped_storage().data_ptr() != on_device.untyped_storage().data_ptr()
+        )
+        assert back.tolist() == host.tolist()
+    assert on_device.to("mps") is on_device
+    assert on_device.to(torch.float16).device == MPS
+    assert host.to(on_device).device == MPS
+    assert on_device.to("meta").device.type == "meta"
+    # gradients cross back in autograd's graph
+    leaf = torch.ones(3, requires_grad=True)
+    (leaf.to("mps") * 2).sum().backward()
+    assert leaf.grad is not None and leaf.grad.device.type == "cpu"
+    assert leaf.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_host_tensors_beside_device_ones_fail_with_pytorchs_texts(
+    emulated: Emulation,
+) -> None:
+    x = torch.ones(2, 3, device="mps")
+    host = torch.ones(2, 3)
+    with pytest.raises(RuntimeError) as found:
+        x + host
+    assert str(found.value) == TWO_DEVICES.format("mps:0", "cpu")
+    with pytest.raises(RuntimeError) as found:
+        host.add_(x)  # the written tensor comes first in a TensorIterator
+    assert str(found.value) == TWO_DEVICES.format("cpu", "mps:0")
+    with pytest.raises(RuntimeError, match=r"argument #2 'mat2' is on CPU.*for mm\)"):
+        x @ host.t()
+    with pytest.raises(
+        RuntimeError, match="argument weight is on cpu but expected on mps"
+    ):
+        torch.nn.Linear(3, 4)(x)
+    # what a Mac accepts: a 0-dim host tensor, host indices, copies
+    assert (x * torch.tensor(2.0)).device == MPS
+    assert x[torch.tensor([0, 1])].device == MPS
+    x.index_put_((torch.tensor([0]),), torch.tensor(5.0))
+    x.copy_(host)
+    assert x.device == MPS and x.sum().item() == 6.0
+
+
+def test_a_host_scalar_where_metal_binds_a_buffer_fails(emulated: Emulation) -> None:
+    weight = torch.zeros(3, device="mps")
+    with pytest.raises(RuntimeError, match="aten::lerp_ binds its tensor inputs"):
+        weight.lerp_(torch.ones(3, device="mps"), torch.tensor(0.5))
+    weight.lerp_(torch.ones(3, device="mps"), 0.5)
+    assert weight.tolist() == [0.5, 0.5, 0.5]
+
+
+def test_float64_fails_in_each_shape(emulated: Emulation) -> None:
+    x = torch.ones(2, device="mps")
+    for make in (
+        lambda: torch.zeros(2, device="mps", dtype=torch.float64),
+        lambda: torch.tensor([1.0], dtype=torch.float64, device="mps"),
+        lambda: x.double(),
+        lambda: x.to(torch.float64),
+        lambda: torch.ones(2, dtype=torch.float64).to("mps"),
+    ):
+        with pytest.raises(TypeError, match=FLOAT64):
+            make()
+
+
+def test_host_reads_generators_and_grads_fail_as_on_a_mac(emulated: Emulation) -> None:
+    x = torch.ones(2, device="mps")
+    with pytest.raises(
+        TypeError, match="can't convert mps:0 device type tensor to numpy"
+    ):
+        x.numpy()
+    assert x.numpy(force=True).sum() == 2.0
+    with pytest.raises(
+        RuntimeError, match="Expected a 'mps' device type for generator but found 'cpu'"
+    ):
+        torch.randn(3, device="mps", generator=torch.Generator())
+    assert torch.randn(3, device="mps", generator=torch.Generator("mps")).device == MPS
+    param = torch.nn.Parameter(torch.ones(2, device="mps"))
+    with pytest.raises(
+        RuntimeError,
+        match="gradient with device type 'cpu' to a tensor with device type 'mps'",
+    ):
+        param.grad = torch.zeros(2)
+
+
+def test_an_op_without_an_mps_kernel_raises_only_on_the_device(
+    emulated: Emulation,
+) -> None:
+    host = torch.randn(1, 2, 4, 4, 4)
+    assert torch.nn.functional.adaptive_max_pool3d(host, 2).shape == (1, 2, 2, 2, 2)
+    with pytest.raises(
+        NotImplementedError,
+        match="'aten::adaptive_max_pool3d' is not currently implemented for the MPS",
+    ):
+        torch.nn.functional.adaptive_max_pool3d(host.to("mps"), 2)
+    assert not op_rules.active()
+
+
+def test_a_training_step_equals_the_cpus_bit_for_bit(emulated: Emulation) -> None:
+    def step(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
+        ).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+        batch = torch.randn(5, 8).to(device)
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = model(batch).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+        weight = model[0].weight
+        assert weight.device.type == device and weight.grad is not None
+        assert weight.grad.device.type == device
+        return loss.detach().cpu(), weight.detach().cpu()
+
+    on_device = step("mps")
+    on_host = step("cpu")
+    torch.testing.assert_close(on_device, on_host, rtol=0, atol=0)
+
+
+def test_the_wrappers_false_alarms_run_as_on_a_mac(emulated: Emulation) -> None:
+    a = torch.tensor([1 + 2j], device="mps")
+    assert (a * torch.conj(a)).cpu().tolist() == [(5 + 0j)]
+    y = torch.zeros(3, device="mps")
+    y.unsqueeze_(0)
+    assert y.shape == (1, 3) and y.device == MPS
+    assert torch.ones(2, device="mps").untyped_storage().data_ptr() != 0
+    one = torch.ones((), device="mps")
+    made = torch.tensor((torch.cos(one), torch.sin(one), 0.0), device="mps")
+    assert made.device == MPS and made.shape == (3,)
+    base = torch.ones(2, device="mps")
+    with torch.inference_mode():
+        assert base[0].device == MPS
+    assert (
+        torch.nn.LazyLinear(4).to("mps")(torch.ones(2, 3, device="mps")).device == MPS
+    )
+    with torch.device("meta"):
+        model = torch.nn.Linear(3, 4)
+    assert model.to_empty(device="mps").weight.device == MPS
+
+
+def test_save_and_load_keep_the_device(emulated: Emulation) -> None:
+    buffer = io.BytesIO()
+    torch.save({"w": torch.full((2,), 3.0, device="mps")}, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer)["w"].device == MPS
+    buffer.seek(0)
+    assert torch.load(buffer, map_location="cpu")["w"].device.type == "cpu"
+
+
+def test_threads_and_the_default_device_see_the_device(emulated: Emulation) -> None:
+    made: list[torch.device] = []
+    worker = threading.Thread(
+        target=lambda: made.append(torch.ones(1, device="mps").device)
+    )
+    worker.start()
+    worker.join()
+    assert made == [MPS]
+    torch.set_default_device("mps")
+    try:
+        assert torch.zeros(2).device == MPS
+    finally:
+        torch.set_default_device(None)
+
+
+def test_undo_leaves_torch_as_it_was() -> None:
+    before = (torch.backends.mps.is_available(), torch.device, torch.Generator)
+    for _ in range(5):
+        emulation = Emulation((99, 0), fallback=False, design="tags")
+        emulation.install()
+        kept = torch.ones(2, device="mps")
+        emulation.undo()
+    after = (torch.backends.mps.is_available(), torch.device, torch.Generator)
+    assert before == after
+    assert kept.device.type == "cpu"  # the tag means nothing without the mode
+    assert torch.nn.functional.adaptive_max_pool3d(torch.ones(1, 1, 2, 2, 2), 1).shape
+    assert tags.tagged(kept)
+
+
+def test_the_variable_picks_the_design(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_one="""
+        import torch
+
+        def test_mixed(device):
+            x = torch.ones(2, device=device)
+            assert x.device.type == "mps"
+            assert type(x) is torch.Tensor  # a tagged CPU tensor, no wrapper
+            x + torch.ones(2)
+        """
+    )
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["E*RuntimeError: " + TWO_DEVICES.format("mps:0", "cpu")]
+    )
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tag")
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*PYTEST_MPS_EMULATE_DESIGN='tag': the designs are wrapper, tags*"]
+    )
