@@ -29,6 +29,22 @@ from pytest_mps.audit import ops as mps_ops
 from pytest_mps.emulate import policy
 
 _ACTED_ON = frozenset({mps_ops.FALLBACK, mps_ops.FORCED_FALLBACK})
+#: Ops a CPU kernel calls as its own lowering, which a Mac never reaches:
+#: aten/src/ATen/native/Convolution.cpp picks a backend for ``_convolution``
+#: (ConvBackend::Slow2d, SlowDilated2d, SlowTranspose2d, Mkldnn,
+#: NnpackSpatial... on the CPU; Mps and MpsTranspose on a Mac, which call
+#: ``_mps_convolution``), and the fused RNN cells are CUDA's. Judging them
+#: would fail every CPU convolution of a device tensor.
+CPU_LOWERING = (
+    "_slow_conv",
+    "slow_conv",
+    "_conv_depthwise",
+    "conv_depthwise",
+    "_thnn_",
+    "mkldnn",
+    "_mkldnn",
+    "_nnpack",
+)
 
 
 class _Depth(threading.local):
@@ -109,7 +125,7 @@ def register(rules: policy.Policy) -> int:
     library = _library[0]
     for op in _overloads():
         full = op.name()
-        if full in _registered:
+        if full in _registered or full.removeprefix("aten::").startswith(CPU_LOWERING):
             continue
         prediction = rules.table.predict(full)
         rule = rules.argument_rules.get(prediction.op)

@@ -35,6 +35,7 @@ import torch
 import torch.utils._device as _device
 from torch.overrides import TorchFunctionMode
 
+from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
 from pytest_mps.emulate import lazy, op_rules, policy, tags
 from pytest_mps.emulate.policy import CPU, MPS
@@ -250,6 +251,8 @@ class TagMode(TorchFunctionMode):
                 raise TypeError(message)
             marks = out.untyped_storage().__dict__
             if MARK not in marks and (not hosts or all(out is not h for h in hosts)):
+                if out.dim() > kernels.MAX_DIMS:  # a new allocation on the device
+                    raise RuntimeError(kernels.too_many_dims(out.dim()))
                 tags.tag(out)
             return out
         self._check_dtype(out)
@@ -342,6 +345,8 @@ class TagMode(TorchFunctionMode):
         ):
             out = out.clone()
         self._check_dtype(out)
+        if out.dim() > kernels.MAX_DIMS:
+            raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
 
