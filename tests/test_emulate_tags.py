@@ -101,7 +101,7 @@ def test_host_tensors_beside_device_ones_fail_with_pytorchs_texts(
 
 def test_a_host_scalar_where_metal_binds_a_buffer_fails(emulated: Emulation) -> None:
     weight = torch.zeros(3, device="mps")
-    with pytest.raises(RuntimeError, match="aten::lerp_ binds its tensor inputs"):
+    with pytest.raises(RuntimeError, match=r"aten::lerp_\.Tensor binds its tensor inputs"):
         weight.lerp_(torch.ones(3, device="mps"), torch.tensor(0.5))
     weight.lerp_(torch.ones(3, device="mps"), 0.5)
     assert weight.tolist() == [0.5, 0.5, 0.5]
@@ -261,3 +261,40 @@ def test_the_variable_picks_the_design(
     result.stderr.fnmatch_lines(
         ["*PYTEST_MPS_EMULATE_DESIGN='tag': the designs are wrapper, tags*"]
     )
+
+
+def test_torchscript_outputs_follow_their_inputs_onto_the_device(
+    emulated: Emulation,
+) -> None:
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(2, device=x.device) + 2 * x
+
+    scripted = torch.jit.script(scale)
+    out = scripted(torch.ones(2, device="mps"))
+    assert out.device == MPS and out.cpu().tolist() == [2.0, 2.0]
+    assert scripted(torch.ones(2)).device.type == "cpu"
+    module = torch.jit.script(torch.nn.Linear(2, 2).to("mps"))
+    assert module(torch.ones(1, 2, device="mps")).device == MPS
+
+
+def test_the_watchers_see_tagged_tensors_on_the_device(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_reads="""
+        import pytest
+        import torch
+
+        @pytest.mark.no_host_sync
+        def test_tolist(device):
+            torch.ones(2, device=device).tolist()
+
+        @pytest.mark.no_host_sync
+        def test_host_only(device):
+            torch.ones(2).tolist()
+        """
+    )
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*HostSyncError: Tensor.tolist makes the host wait*"])

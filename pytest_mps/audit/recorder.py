@@ -425,13 +425,15 @@ def _on_device(args: tuple[Any, ...], kwargs: Mapping[str, Any], tensor: Any) ->
     target = kwargs.get("device")
     if target is not None and str(target).startswith("cpu"):
         return False
+    from pytest_mps.watch.device_mix import is_cpu
+
     values: list[Any] = [*args, *kwargs.values()]
     for value in values:
         if isinstance(value, tensor):
-            if not value.is_cpu:
+            if not is_cpu(value):
                 return True
         elif isinstance(value, (list, tuple)):
-            if any(isinstance(v, tensor) and not v.is_cpu for v in value):
+            if any(isinstance(v, tensor) and not is_cpu(v) for v in value):
                 return True
     return False
 

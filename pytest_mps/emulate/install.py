@@ -469,6 +469,7 @@ class Emulation:
         self.serialization: serialization.Patches | None = None
         self.autocast: AutocastPatch | None = None
         self.lazy: lazy.Patches | None = None
+        self.scripts: tagged.ScriptCalls | None = None
 
     def _set_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
         self.saved_items.append((table, key, table.get(key, _MISSING)))
@@ -524,6 +525,8 @@ class Emulation:
             op_rules.register(self.policy)
             op_rules.activate(self.policy)
             device_mix.on_host[0] = _host_untagged
+            device_mix.on_device[0] = tags.tagged
+            self.scripts = tagged.ScriptCalls()
             self.mode = tagged.TagMode(self.policy)
         else:
             device_mix.on_host[0] = policy.on_host
@@ -544,12 +547,16 @@ class Emulation:
         if self.lazy is not None:
             self.lazy.undo()
             self.lazy = None
+        if self.scripts is not None:
+            self.scripts.undo()
+            self.scripts = None
         if self.autocast is not None:
             self.autocast.undo()
             self.autocast = None
         from pytest_mps.watch import device_mix
 
         device_mix.on_host[0] = None
+        device_mix.on_device[0] = None
         op_rules.activate(None)
         tags.on_new[0] = None
         for owner, name, value in reversed(self.saved):

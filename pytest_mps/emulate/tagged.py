@@ -28,6 +28,8 @@ per aten op.
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -280,7 +282,10 @@ class TagMode(TorchFunctionMode):
             argument = _argument_name(func, args, kwargs, scalars[0])
             raise RuntimeError(
                 policy.BUFFER_SCALAR.format(
-                    op=f"aten::{name}", argument=argument, source=BUFFER_KERNELS[base]
+                    # the overload of a tensor weight
+                    op=f"aten::{name}.Tensor",
+                    argument=argument,
+                    source=BUFFER_KERNELS[base],
                 )
             )
         others = [h for h in hosts if h.dim() != 0 or h.device.type != "cpu"]
@@ -587,3 +592,101 @@ def _same_gpu_text(base: str, args: Sequence[Any], kwargs: Mapping[str, Any]) ->
                 f"for {where})"
             )
     return policy.PLACEHOLDER
+
+
+class ScriptCalls:
+    """TorchScript's outputs on the device of its inputs (tags design).
+
+    A scripted or traced function runs in C++, below every torch-function
+    mode: the mode never sees its calls, and what it makes is untagged (its
+    ``x.device`` is the C++ device, the CPU). On a Mac those tensors are on
+    mps. While installed, ``torch.jit.script`` and ``torch.jit.trace`` hand
+    back a function whose outputs are tagged when one of its inputs is, and
+    every ``ScriptModule`` call does the same. Inside the script nothing is
+    judged (the emulation cannot see it).
+    """
+
+    def __init__(self) -> None:
+        import torch.jit
+
+        self.saved: list[tuple[Any, str, Any]] = []
+        for name in ("script", "trace"):
+            self._patch(torch.jit, name, _tagging_factory(getattr(torch.jit, name)))
+        call = torch.jit.ScriptModule.__call__
+        self._patch(torch.jit.ScriptModule, "__call__", _tagging_call(call))
+
+    def _patch(self, owner: Any, name: str, value: Any) -> None:
+        self.saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+        setattr(owner, name, value)
+
+    def undo(self) -> None:
+        """Put ``torch.jit`` back (an inherited ``__call__`` is inherited again)."""
+        for owner, name, value in reversed(self.saved):
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self.saved.clear()
+
+
+_MISSING = object()
+
+
+def _any_tagged(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, Tensor) and tags.tagged(value):
+            return True
+        if type(value) is list or type(value) is tuple:
+            if any(isinstance(v, Tensor) and tags.tagged(v) for v in value):
+                return True
+    return False
+
+
+def _tagging_call(call: Callable[..., Any]) -> Callable[..., Any]:
+    def tagging(*args: Any, **kwargs: Any) -> Any:
+        out = call(*args, **kwargs)
+        if _any_tagged(args, kwargs):
+            tag_outputs(out, (), frozenset())
+        return out
+
+    return tagging
+
+
+class _ScriptFunction:
+    """A scripted function whose outputs follow its inputs onto the device."""
+
+    def __init__(self, function: Any) -> None:
+        self.__dict__["_function"] = function
+        self.__dict__["_call"] = _tagging_call(function)
+        self.__dict__["__wrapped__"] = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._function, name)
+
+    def __repr__(self) -> str:
+        return repr(self._function)
+
+
+def _tagging_factory(factory: Callable[..., Any]) -> Callable[..., Any]:
+    frames = "_frames_up" in inspect.signature(factory).parameters
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller == "torch" or caller.startswith("torch."):
+            # TorchScript compiling what a script calls: it wants its own
+            return factory(*args, **kwargs)
+        if frames:
+            # script resolves the names in annotations from its caller's
+            # frame: this one is one frame further down
+            kwargs["_frames_up"] = kwargs.get("_frames_up", 0) + 1
+        made = factory(*args, **kwargs)
+        if isinstance(made, torch.jit.ScriptFunction):
+            return _ScriptFunction(made)
+        return made
+
+    make.__wrapped__ = factory  # type: ignore[attr-defined]
+    make.__doc__ = factory.__doc__
+    return make

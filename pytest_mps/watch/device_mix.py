@@ -52,7 +52,7 @@ def describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     for t in flat:
         if not isinstance(t, torch.Tensor):
             continue
-        label = f"{t.device}" + (" 0-dim" if t.dim() == 0 else f" {tuple(t.shape)}")
+        label = f"{device_of(t)}" + (" 0-dim" if t.dim() == 0 else f" {tuple(t.shape)}")
         if label not in seen:
             seen.add(label)
             parts.append(label)
@@ -63,6 +63,27 @@ def describe_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
 #: too (one the user's call passed) or one PyTorch made inside the call from
 #: an emulated tensor's options, which a Mac would have made on the device.
 on_host: list[Callable[[Any], bool] | None] = [None]
+#: Under ``--mps-emulate``'s tags design: True for a tensor on the emulated
+#: device, whose C++ device is the CPU (its storage is tagged).
+on_device: list[Callable[[Any], bool] | None] = [None]
+
+
+def is_cpu(tensor: Any) -> bool:
+    """``tensor.is_cpu``, as a Mac would answer it under the emulation."""
+    if not tensor.is_cpu:
+        return False
+    tagged = on_device[0]
+    return tagged is None or not tagged(tensor)
+
+
+def device_of(tensor: Any) -> Any:
+    """``tensor.device``, as a Mac would answer it under the emulation."""
+    tagged = on_device[0]
+    if tagged is not None and tagged(tensor):
+        import torch
+
+        return torch.device("mps", 0)
+    return tensor.device
 
 
 def mixes_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
@@ -79,14 +100,14 @@ def mixes_devices(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
     cpu = other = False
     for a in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(a, tensor):
-            if not a.is_cpu:
+            if not is_cpu(a):
                 other = True
             elif host is None or host(a):
                 cpu = True
         elif type(a) is list or type(a) is tuple:
             for b in a:
                 if isinstance(b, tensor):
-                    if not b.is_cpu:
+                    if not is_cpu(b):
                         other = True
                     elif host is None or host(b):
                         cpu = True
@@ -184,7 +205,7 @@ def mix_kind(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int
         for b in items:
             if not isinstance(b, tensor):
                 continue
-            if not b.is_cpu:
+            if not is_cpu(b):
                 other = True
             elif host is None or host(b):
                 # a CPU output is never a scalar: the result cannot land there

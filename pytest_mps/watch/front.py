@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from pytest_mps.watch.device_mix import mixes_devices
+from pytest_mps.watch.device_mix import is_cpu, mixes_devices
 
 #: Kinds of clean calls.
 PLAIN = 1  # clean when its tensors share a side (CPU or not)
@@ -145,7 +145,7 @@ def _stays(args: tuple[Any, ...], kwargs: Mapping[str, Any], func: Any) -> bool:
     """True when ``t.to(...)`` / ``t.cpu()`` does not cross host and device."""
     import torch
 
-    source_cpu = bool(args[0].is_cpu)
+    source_cpu = is_cpu(args[0])
     if getattr(func, "__name__", "") == "cpu":
         return source_cpu
     for a in (*args[1:], *kwargs.values()):
@@ -238,7 +238,7 @@ def front_class() -> type[Any]:
                 if not mixes_devices(args, no_kwargs):
                     return func(*args)
             elif kind == READ:
-                if not self.mode.watches_cpu and args[0].is_cpu:
+                if not self.mode.watches_cpu and is_cpu(args[0]):
                     return func(*args, **(kwargs or no_kwargs))
             elif kind is not None:
                 if kind >= HOST or kind == MOVE:
@@ -250,7 +250,7 @@ def front_class() -> type[Any]:
                     if kind == UNBIND:
                         kind = PLAIN
                 if kind == HOST:  # as READ: watched op by op unless no concern
-                    if not self.mode.watches_cpu and args[0].is_cpu:
+                    if not self.mode.watches_cpu and is_cpu(args[0]):
                         return func(*args, **(kwargs or no_kwargs))
                 elif _is_clean(kind, func, args, kwargs or no_kwargs):
                     return func(*args, **(kwargs or no_kwargs))

@@ -50,6 +50,7 @@ from pytest_mps import ownership
 from pytest_mps.devices import devices_key
 from pytest_mps.watch import OpCallback, settings
 from pytest_mps.watch.attribution import CODE, HOST_SYNC, side_for, whose
+from pytest_mps.watch.device_mix import is_cpu
 from pytest_mps.watch.findings import TestFindings, findings_for
 from pytest_mps.watch.locations import called_by_pytest, in_functions, user_location
 
@@ -62,7 +63,7 @@ Check = Callable[[tuple[Any, ...], Mapping[str, Any], bool], str | None]
 
 
 def _on_device(tensor: Any, count_cpu: bool) -> bool:
-    return count_cpu or not tensor.is_cpu
+    return count_cpu or not is_cpu(tensor)
 
 
 def _reads_back(what: str) -> Check:
@@ -119,7 +120,7 @@ def _same_tensor_or(what: str) -> Check:
 
 
 def _crosses(src: Any, dst_is_cpu: bool, non_blocking: bool) -> bool:
-    return not non_blocking and src.is_cpu != dst_is_cpu
+    return not non_blocking and is_cpu(src) != dst_is_cpu
 
 
 def _to_copy(args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool) -> str | None:
@@ -134,7 +135,7 @@ def _to_copy(args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool) -> str
 
 def _copy_(args: tuple[Any, ...], kwargs: Mapping[str, Any], cpu: bool) -> str | None:
     non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-    if _crosses(args[1], bool(args[0].is_cpu), non_blocking):
+    if _crosses(args[1], is_cpu(args[0]), non_blocking):
         return "a blocking copy between host and device (copy_)"
     return None
 
@@ -208,7 +209,7 @@ def _copy_to_host(
     if device is None or non_blocking or str(device).partition(":")[0] != "cpu":
         return None
     # a CPU tensor counts for "cpu" spelled out; t.to(device) is the test's own
-    if not source.is_cpu or (cpu and isinstance(device, str)):
+    if not is_cpu(source) or (cpu and isinstance(device, str)):
         return "a blocking copy to the host"
     return None
 
@@ -244,7 +245,7 @@ def _optimizer_step_counter(tensor: Any) -> bool:
     Optimizers keep ``state["step"]`` on the CPU on every device (unless
     capturable or fused), so reading it syncs nothing, on MPS or CUDA either.
     """
-    if not getattr(tensor, "is_cpu", False):
+    if not getattr(tensor, "is_cpu", False) or not is_cpu(tensor):
         return False
     here = os.path.dirname(os.path.abspath(__file__))
     frame: types.FrameType | None = sys._getframe(1)
