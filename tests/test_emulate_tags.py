@@ -101,7 +101,9 @@ def test_host_tensors_beside_device_ones_fail_with_pytorchs_texts(
 
 def test_a_host_scalar_where_metal_binds_a_buffer_fails(emulated: Emulation) -> None:
     weight = torch.zeros(3, device="mps")
-    with pytest.raises(RuntimeError, match=r"aten::lerp_\.Tensor binds its tensor inputs"):
+    with pytest.raises(
+        RuntimeError, match=r"aten::lerp_\.Tensor binds its tensor inputs"
+    ):
         weight.lerp_(torch.ones(3, device="mps"), torch.tensor(0.5))
     weight.lerp_(torch.ones(3, device="mps"), 0.5)
     assert weight.tolist() == [0.5, 0.5, 0.5]
@@ -298,3 +300,36 @@ def test_the_watchers_see_tagged_tensors_on_the_device(
     result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*HostSyncError: Tensor.tolist makes the host wait*"])
+
+
+def test_the_mixed_device_guard_fails_only_what_a_mac_fails(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_mix="""
+        import torch
+        import torch.nn.functional as F
+
+        def test_a_host_scalar(device):
+            x = torch.ones(3, device=device)
+            assert (x * torch.tensor(2.0)).sum().item() == 6.0
+
+        def test_tensors_made_inside_a_call(device):
+            # the math path of attention makes tensors from q's options: on a
+            # Mac they are on the device, here they are CPU tensors untagged
+            q = torch.randn(1, 2, 4, 8, device=device)
+            mask = torch.ones(4, 4, dtype=torch.bool, device=device).tril()
+            out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+            assert out.device.type == "mps"
+            assert F.one_hot(torch.tensor([0, 2], device=device), 3).sum().item() == 2
+
+        def test_a_host_tensor(device):
+            torch.ones(2, device=device) + torch.ones(2)
+        """
+    )
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-mixed-devices=error", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1, passed=2)
+    result.stdout.fnmatch_lines(["FAILED test_mix.py::test_a_host_tensor*"])

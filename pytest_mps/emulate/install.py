@@ -524,7 +524,7 @@ class Emulation:
         if self.design == "tags":
             op_rules.register(self.policy)
             op_rules.activate(self.policy)
-            device_mix.on_host[0] = _host_untagged
+            device_mix.on_host[0] = tagged.on_host
             device_mix.on_device[0] = tags.tagged
             self.scripts = tagged.ScriptCalls()
             self.mode = tagged.TagMode(self.policy)
@@ -596,11 +596,6 @@ def _tag_loaded(host: torch.Tensor) -> torch.Tensor:
             raise error
     tags.tag(host)
     return host
-
-
-def _host_untagged(value: torch.Tensor) -> bool:
-    """The watchers' view of a host tensor in the tags design."""
-    return value.device.type == "cpu" and not tags.tagged(value)
 
 
 def _draining(events: dict[int, Any], original: Any) -> Callable[[int], None]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -93,6 +94,45 @@ CROSSING = frozenset(
 #: batch sizes of a packed sequence must be a CPU tensor (PackedSequence
 #: refuses others: "batch_sizes should always be on CPU").
 HOST_OUTPUTS = {"_pack_padded_sequence": frozenset({1})}
+
+
+class _Calls(threading.local):
+    #: The host tensors among the arguments of the device call running now.
+    hosts: list[Tensor] | None = None
+
+
+_calls = _Calls()
+
+
+def on_host(tensor: Tensor) -> bool:
+    """True when a CPU tensor is the host's on a Mac too.
+
+    Inside a device call, only the host tensors the user's code passed to it
+    (or views of them); a CPU tensor PyTorch made inside the call from a
+    device tensor's options would be on the device on a Mac. The watchers'
+    view (``watch/device_mix.on_host``).
+    """
+    if tensor.device.type != "cpu":
+        return False
+    try:
+        marks = tensor.untyped_storage().__dict__
+    except (RuntimeError, NotImplementedError, ValueError):
+        return True
+    if MARK in marks:
+        return False
+    hosts = _calls.hosts
+    if hosts is None:
+        return True
+    key = tensor.untyped_storage()._cdata
+    for host in hosts:
+        if host is tensor:
+            return True
+        try:
+            if host.untyped_storage()._cdata == key:
+                return True
+        except (RuntimeError, NotImplementedError, ValueError):
+            continue
+    return False
 
 
 def _is_mps(device: Any) -> bool:
@@ -243,10 +283,13 @@ class TagMode(TorchFunctionMode):
             self.rules.check_generator(generator, MPS)
         depth = op_rules._depth
         depth.value += 1
+        outer = _calls.hosts
+        _calls.hosts = hosts
         try:
             out = func(*args, **kwargs)
         finally:
             depth.value -= 1
+            _calls.hosts = outer
         if type(out) is Tensor:  # the common case, inline
             message = self.bad_dtypes.get(out.dtype)
             if message is not None:
