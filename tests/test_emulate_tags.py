@@ -1,4 +1,4 @@
-"""The tagged design of the emulated device (``PYTEST_MPS_EMULATE_DESIGN=tags``).
+"""The tagged design of the emulated device, the default of ``--mps-emulate``.
 
 Device tensors are CPU tensors whose storage is tagged (emulate/tags.py), run
 through one function mode (emulate/tagged.py) and per-op kernels at
@@ -155,6 +155,19 @@ def test_an_op_without_an_mps_kernel_raises_only_on_the_device(
     assert not op_rules.active()
 
 
+def test_a_module_moved_to_the_device_keeps_its_parameters(
+    emulated: Emulation,
+) -> None:
+    # as on a Mac (dense tensors of any two devices are shallow-copy
+    # compatible): an optimizer made before the move still holds the model's
+    model = torch.nn.Linear(2, 2)
+    before = model.weight
+    model.to("mps")
+    assert model.weight is before and before.device == MPS
+    model.to("cpu")
+    assert model.weight is before and before.device.type == "cpu"
+
+
 def test_a_training_step_equals_the_cpus_bit_for_bit(emulated: Emulation) -> None:
     def step(device: str) -> tuple[torch.Tensor, torch.Tensor]:
         torch.manual_seed(0)
@@ -261,7 +274,24 @@ def test_the_variable_picks_the_design(
     result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*PYTEST_MPS_EMULATE_DESIGN='tag': the designs are wrapper, tags*"]
+        ["*PYTEST_MPS_EMULATE_DESIGN='tag': the designs are tags, wrapper*"]
+    )
+    # the earlier design stays reachable
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "wrapper")
+    pytester.makepyfile(
+        test_one="""
+        import torch
+
+        def test_mixed(device):
+            x = torch.ones(2, device=device)
+            assert x.device.type == "mps" and type(x) is not torch.Tensor
+            x + torch.ones(2)
+        """
+    )
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["E*RuntimeError: " + TWO_DEVICES.format("mps:0", "cpu")]
     )
 
 

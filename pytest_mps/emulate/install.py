@@ -122,8 +122,8 @@ class Runtime:
 
 
 #: The designs of the emulated tensor (see :class:`Emulation`).
-DESIGNS = ("wrapper", "tags")
-#: Chooses the design for ``--mps-emulate`` (the wrapper unless set to tags).
+DESIGNS = ("tags", "wrapper")
+#: Chooses the design for ``--mps-emulate`` (tags unless set to wrapper).
 DESIGN_VARIABLE = "PYTEST_MPS_EMULATE_DESIGN"
 
 
@@ -442,10 +442,11 @@ def thread_start(
 class Emulation:
     """One emulated session: the policy, the patches and the mode.
 
-    ``design`` picks the emulated tensor: ``"wrapper"`` (:mod:`.tensor`, a
-    subclass holding its CPU data, judged per aten op) or ``"tags"``
-    (:mod:`.tagged`, plain CPU tensors whose storages are tagged, judged per
-    torch call; being built, see ``docs/emulation-design.md``).
+    ``design`` picks the emulated tensor: ``"tags"`` (:mod:`.tagged`, plain
+    CPU tensors whose storages are tagged, judged per torch call; the
+    default) or ``"wrapper"`` (:mod:`.tensor`, a subclass holding its CPU
+    data, judged per aten op; the earlier design, kept for comparison). See
+    ``docs/emulation-design.md``.
     """
 
     def __init__(
@@ -453,7 +454,7 @@ class Emulation:
         macos: tuple[int, int],
         fallback: bool,
         budget: memory.Budget | None = None,
-        design: str = "wrapper",
+        design: str = "tags",
     ) -> None:
         if design not in DESIGNS:
             raise ValueError(

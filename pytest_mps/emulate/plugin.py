@@ -164,7 +164,7 @@ def _install(config: pytest.Config) -> None:
     from pytest_mps.emulate import policy
     from pytest_mps.emulate.install import DESIGN_VARIABLE, Emulation
 
-    design = os.environ.get(DESIGN_VARIABLE) or "wrapper"
+    design = os.environ.get(DESIGN_VARIABLE) or "tags"
     try:
         emulation = Emulation(
             _macos(config),

@@ -209,6 +209,9 @@ class TagMode(TorchFunctionMode):
             torch.autograd.backward: self._autograd,
             torch.autograd.grad: self._autograd,
             torch._C._nn._parse_to: self._pass,
+            # a move between the device and the host keeps the parameter
+            # objects (param.data = moved), as dense tensors of any two
+            # devices are compatible on a Mac too
             torch._has_compatible_shallow_copy_type: self._pass,
         }
 

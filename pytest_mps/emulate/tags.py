@@ -12,14 +12,15 @@ PyTorch keeps one Python object per storage for as long as the storage lives
 (``a.untyped_storage() is a.untyped_storage()``, torch 2.6 onwards), so an
 attribute on that object lives exactly as long as the storage, and a new
 storage at a reused address starts unmarked. Reading it costs one attribute
-lookup; there is no registry to keep. The live device storages are found
-when asked (:func:`allocated_bytes`): storages are objects the garbage
-collector tracks.
+lookup. The live device storages are kept as weak references (one per
+storage, added when it is first tagged, gone with it) for
+``torch.mps.current_allocated_memory()``, which the memory watcher samples
+before each op.
 """
 
 from __future__ import annotations
 
-import gc
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +30,8 @@ import torch
 MARK = "_pytest_mps_device"
 #: Called with each newly tagged tensor (the emulated memory limit), or None.
 on_new: list[Callable[[torch.Tensor], None] | None] = [None]
+#: A weak reference to each tagged storage alive (its callback drops it).
+_live: set[weakref.ref[Any]] = set()
 
 
 def tag(tensor: torch.Tensor) -> None:
@@ -42,6 +45,7 @@ def tag(tensor: torch.Tensor) -> None:
         if track is not None:
             track(tensor)
         setattr(storage, MARK, True)
+        _live.add(weakref.ref(storage, _live.discard))
 
 
 def untag(tensor: torch.Tensor) -> None:
@@ -69,10 +73,11 @@ def storage_tagged(storage: Any) -> bool:
 
 
 def storages() -> Iterator[Any]:
-    """The tagged storages alive now (a walk over the collector's objects)."""
-    for found in gc.get_objects():
-        if type(found) is torch.UntypedStorage and MARK in found.__dict__:
-            yield found
+    """The tagged storages alive now."""
+    for ref in list(_live):
+        storage = ref()
+        if storage is not None and MARK in storage.__dict__:
+            yield storage
 
 
 def allocated_bytes() -> int:
