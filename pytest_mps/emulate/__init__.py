@@ -3,9 +3,11 @@
 The family, lowest first: :mod:`.policy` (what MPS does with an op, its
 tensors and its generator, in PyTorch's words, from the audit's op table and
 rules), :mod:`.memory` (the emulated Mac's memory limit and PyTorch's
-out-of-memory error), :mod:`.tensor` (the emulated tensor and generator),
-:mod:`.calls` (the session's torch-function mode: device arguments, autocast,
-the user's call),
+out-of-memory error), :mod:`.tags` (which storages are on the device),
+:mod:`.op_rules` (per-op rules at the dispatcher's BackendSelect key),
+:mod:`.tagged` (the default design's function mode: tagged CPU tensors that
+act as MPS tensors), :mod:`.tensor` and :mod:`.calls` (the earlier design: a
+tensor subclass judged per aten op, and its function mode),
 :mod:`.serialization` (``torch.save``/``torch.load`` as on a Mac),
 :mod:`.install` (putting it all into torch and taking it out), and
 :mod:`.plugin`, the front door (``--mps-emulate``).
