@@ -8,7 +8,8 @@ out-of-memory error), :mod:`.tags` (which storages are on the device),
 :mod:`.tagged` (the default design's function mode: tagged CPU tensors that
 act as MPS tensors), :mod:`.tensor` and :mod:`.calls` (the earlier design: a
 tensor subclass judged per aten op, and its function mode),
-:mod:`.serialization` (``torch.save``/``torch.load`` as on a Mac),
+:mod:`.serialization` (``torch.save``/``torch.load`` as on a Mac), :mod:`.patching`
+(attributes replaced while installed),
 :mod:`.install` (putting it all into torch and taking it out), and
 :mod:`.plugin`, the front door (``--mps-emulate``).
 """

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
+from pytest_mps.emulate import patching
 from pytest_mps.emulate.policy import MPS
 
 #: The attribute that marks an uninitialized tensor as on the emulated device.
@@ -48,11 +49,11 @@ def move(value: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
     return out
 
 
-class Patches:
+class Patches(patching.Patches):
     """``materialize`` and ``__deepcopy__`` of the uninitialized classes."""
 
     def __init__(self) -> None:
-        self.saved: list[tuple[type, str, Any]] = []
+        super().__init__()
         original = UninitializedTensorMixin.materialize
 
         def materialize(
@@ -74,22 +75,6 @@ class Patches:
         self._patch(UninitializedTensorMixin, "materialize", materialize)
         for cls in (torch.nn.UninitializedParameter, torch.nn.UninitializedBuffer):
             self._patch(cls, "__deepcopy__", _deepcopy(cls.__deepcopy__))
-
-    def _patch(self, owner: type, name: str, value: Any) -> None:
-        self.saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
-        setattr(owner, name, value)
-
-    def undo(self) -> None:
-        """Put PyTorch's methods back (an inherited one is inherited again)."""
-        for owner, name, value in reversed(self.saved):
-            if value is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-        self.saved.clear()
-
-
-_MISSING = object()
 
 
 def _deepcopy(original: Any) -> Any:

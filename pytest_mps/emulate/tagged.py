@@ -40,7 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import lazy, op_rules, policy, tags
+from pytest_mps.emulate import lazy, op_rules, patching, policy, tags
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.emulate.tensor import EmulatedGenerator, default_generator
 from pytest_mps.watch.device_mix import BUFFER_KERNELS
@@ -640,7 +640,7 @@ def _same_gpu_text(base: str, args: Sequence[Any], kwargs: Mapping[str, Any]) ->
     return policy.PLACEHOLDER
 
 
-class ScriptCalls:
+class ScriptCalls(patching.Patches):
     """TorchScript's outputs on the device of its inputs (tags design).
 
     A scripted or traced function runs in C++, below every torch-function
@@ -655,27 +655,11 @@ class ScriptCalls:
     def __init__(self) -> None:
         import torch.jit
 
-        self.saved: list[tuple[Any, str, Any]] = []
+        super().__init__()
         for name in ("script", "trace"):
             self._patch(torch.jit, name, _tagging_factory(getattr(torch.jit, name)))
         call = torch.jit.ScriptModule.__call__
         self._patch(torch.jit.ScriptModule, "__call__", _tagging_call(call))
-
-    def _patch(self, owner: Any, name: str, value: Any) -> None:
-        self.saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
-        setattr(owner, name, value)
-
-    def undo(self) -> None:
-        """Put ``torch.jit`` back (an inherited ``__call__`` is inherited again)."""
-        for owner, name, value in reversed(self.saved):
-            if value is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-        self.saved.clear()
-
-
-_MISSING = object()
 
 
 def _any_tagged(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
