@@ -363,3 +363,44 @@ def test_the_mixed_device_guard_fails_only_what_a_mac_fails(
     )
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines(["FAILED test_mix.py::test_a_host_tensor*"])
+
+
+def test_the_guard_takes_its_scalar_notes_from_the_emulation(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the emulation judges placements per call, so the guard watches no aten
+    # op (no watch front, no dispatch mode), and its notes still name the op
+    # and the user's line, calls outside the watch front's table included
+    pytester.makepyfile(
+        test_notes="""
+        import torch
+        from torch.overrides import _get_current_function_mode_stack
+
+        def test_scalars(device):
+            modes = [type(m).__name__ for m in _get_current_function_mode_stack()]
+            assert modes == ["TagMode"]
+            x = torch.ones(3, device=device)
+            y = torch.where(x > 0, x, torch.tensor(0.0))
+            x.fill_(torch.tensor(3.0))
+            torch.testing.assert_close(y, torch.ones(3, device=device))
+            assert (x * torch.tensor(2.0)).tolist() == [6.0] * 3
+        """
+    )
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "0-dim CPU tensors read as scalars by device ops*",
+            "  aten::mul: 1 call(s) in 1 test(s)",
+            "    test_notes.py::test_scalars[[]mps[]] x1 (first at test_notes.py:11)",
+            "  aten::where: 1 call(s) in 1 test(s)",
+            "    test_notes.py::test_scalars[[]mps[]] x1 (first at test_notes.py:8)",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*aten::fill*")
+    off = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-mixed-devices=off", "-p", "no:cacheprovider"
+    )
+    off.assert_outcomes(passed=1)
+    off.stdout.no_fnmatch_line("*read as scalars*")

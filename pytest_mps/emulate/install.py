@@ -527,6 +527,7 @@ class Emulation:
             op_rules.activate(self.policy)
             device_mix.on_host[0] = tagged.on_host
             device_mix.on_device[0] = tags.tagged
+            device_mix.judged[0] = True
             self.scripts = tagged.ScriptCalls()
             self.mode = tagged.TagMode(self.policy)
         else:
@@ -558,6 +559,7 @@ class Emulation:
 
         device_mix.on_host[0] = None
         device_mix.on_device[0] = None
+        device_mix.judged[0] = False
         op_rules.activate(None)
         tags.on_new[0] = None
         for owner, name, value in reversed(self.saved):

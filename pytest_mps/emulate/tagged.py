@@ -43,6 +43,7 @@ from pytest_mps.audit import rules as audit_rules
 from pytest_mps.emulate import lazy, op_rules, patching, policy, tags
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.emulate.tensor import EmulatedGenerator, default_generator
+from pytest_mps.watch import device_mix
 from pytest_mps.watch.device_mix import BUFFER_KERNELS
 
 Tensor = torch.Tensor
@@ -336,7 +337,12 @@ class TagMode(TorchFunctionMode):
             )
         others = [h for h in hosts if h.dim() != 0 or h.device.type != "cpu"]
         if not others:
-            return  # 0-dim host tensors: scalars to PyTorch's device check
+            # 0-dim host tensors: scalars to PyTorch's device check; fill_
+            # reads its value on the host by design (fill_tensor_)
+            note = device_mix.scalar_seen[0]
+            if note is not None and scalars and base != "fill":
+                note(name, args, kwargs)
+            return
         if base in ("mm", "addmm", "matmul"):
             raise RuntimeError(_same_gpu_text(base, args, kwargs))
         if base in self.iterators:

@@ -6,7 +6,7 @@ mixed-device guard (:mod:`.mixed_devices`) both build on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -66,6 +66,18 @@ on_host: list[Callable[[Any], bool] | None] = [None]
 #: Under ``--mps-emulate``'s tags design: True for a tensor on the emulated
 #: device, whose C++ device is the CPU (its storage is tagged).
 on_device: list[Callable[[Any], bool] | None] = [None]
+
+
+#: Under ``--mps-emulate``'s tags design the emulation judges each device
+#: call's placement itself, before it runs: it raises where a Mac raises, and
+#: shows each call given a 0-dim host tensor, which a Mac reads as a scalar,
+#: to this callback (the mixed-device guard's note) with the op's aten-style
+#: name and the call's arguments. The guard then needs no per-op watch.
+scalar_seen: list[Callable[[str, Sequence[Any], Mapping[str, Any]], None] | None] = [
+    None
+]
+#: True while an emulation judges placements per call (:data:`scalar_seen`).
+judged = [False]
 
 
 def is_cpu(tensor: Any) -> bool:

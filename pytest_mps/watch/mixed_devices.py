@@ -14,6 +14,10 @@ judges each op):
 - CPU index tensors (``x[cpu_idx]``, ``index_put_``), ``fill_`` with a 0-dim
   CPU value and the copies that move data between devices are not findings.
 
+Under ``--mps-emulate`` (tags design) the emulation raises where a Mac raises
+before each call runs, so the guard watches no aten op: :class:`ScalarNotes`
+takes the notes from the emulation, per call.
+
 On by default under ``--mps`` and ``--mps-emulate``; ``--mps-mixed-devices``
 (or its ini twin) and the ``no_mixed_devices`` marker turn it on anywhere (CPU
 vs meta tensors show it on a machine without GPU).
@@ -22,13 +26,13 @@ vs meta tensors show it on a machine without GPU).
 from __future__ import annotations
 
 import sys
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from pytest_mps import ownership
-from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch import OpCallback, device_mix, settings
 from pytest_mps.watch.attribution import CODE, side_for, whose
 from pytest_mps.watch.device_mix import (
     MIXED,
@@ -74,6 +78,33 @@ class DeviceGuard:
         )
 
 
+class ScalarNotes:
+    """The guard under an emulation that judges placements per call (tags).
+
+    The emulation raises where a Mac raises before the call runs, so the
+    guard keeps only its note: each call given a 0-dim host tensor, shown by
+    the emulation (:data:`.device_mix.scalar_seen`), with no per-op watch.
+    """
+
+    def __init__(self, findings: TestFindings) -> None:
+        self.findings = findings
+
+    def __call__(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Note the call ``name`` given a 0-dim host tensor, at the user's line."""
+        side, frame = whose(sys._getframe(1))
+        if side_for(side, "mixed-devices") != CODE:
+            return  # the test's own check (torch.testing)
+        where = user_location(frame) if frame is not None else "unknown"
+        self.findings.add(
+            "cpu-scalar",
+            f"aten::{name}",
+            where,
+            detail=describe_tensors(tuple(args), kwargs),
+        )
+
+
 def _mode_for(item: pytest.Item) -> str:
     if ownership.closest_marker(item, "no_mixed_devices") is not None:
         return "error"
@@ -81,14 +112,21 @@ def _mode_for(item: pytest.Item) -> str:
 
 
 def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:
-    if _mode_for(item) == "off":
+    if _mode_for(item) == "off" or device_mix.judged[0]:
         return None
     return DeviceGuard(findings_for(item))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    result = yield
+    if device_mix.judged[0] and _mode_for(item) != "off":
+        device_mix.scalar_seen[0] = ScalarNotes(findings_for(item))
+        try:
+            result = yield
+        finally:
+            device_mix.scalar_seen[0] = None
+    else:
+        result = yield
     if _mode_for(item) != "error":
         return result
     found = findings_for(item).of_kind("mixed-devices")
