@@ -404,3 +404,53 @@ def test_the_guard_takes_its_scalar_notes_from_the_emulation(
     )
     off.assert_outcomes(passed=1)
     off.stdout.no_fnmatch_line("*read as scalars*")
+
+
+def test_dynamo_explain_counts_the_users_graphs_alone(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dynamo traces every function mode on the stack; the emulation's reads
+    # storages, which Dynamo cannot trace, and a Mac has no such breaks
+    # (torch_geometric's test_compile_graph_breaks)
+    pytester.makepyfile(
+        test_explain="""
+        import pickle
+
+        import torch
+        import torch._dynamo as dynamo
+
+        class Scatter(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(8, 16)
+
+            def forward(self, x, index):
+                out = torch.zeros(3, 16, device=x.device)
+                return out.index_add_(0, index, self.lin(x).relu()).sum(-1) * 2.0
+
+        def test_explain(device):
+            model = Scatter().to(device)
+            x = torch.randn(4, 8, device=device)
+            index = torch.tensor([0, 1, 1, 2], device=device)
+            explanation = dynamo.explain(model)(x, index)
+            assert explanation.graph_count == 1, explanation.break_reasons
+            assert explanation.graph_break_count == 0
+            # the mode is back: device tensors are the device's again
+            assert model(x, index).device.type == "mps"
+            try:
+                x + torch.ones(4, 8)
+            except RuntimeError as exc:
+                assert "found at least two devices" in str(exc)
+            else:
+                raise AssertionError("a host tensor beside a device one ran")
+
+        def test_device_zero_is_the_accelerator():
+            # torch.device stays PyTorch's own class: FX and pickle name it
+            assert torch.device(0) == torch.device("mps", 0)
+            assert type(torch.device(0)) is torch.device
+            assert pickle.loads(pickle.dumps(torch.device(0))) == torch.device("mps", 0)
+        """
+    )
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)

@@ -30,6 +30,7 @@ import torch
 from pytest_mps.audit import ops as mps_ops
 from pytest_mps.emulate import (
     calls,
+    explain,
     lazy,
     memory,
     op_rules,
@@ -471,6 +472,7 @@ class Emulation:
         self.autocast: AutocastPatch | None = None
         self.lazy: lazy.Patches | None = None
         self.scripts: tagged.ScriptCalls | None = None
+        self.explain: explain.ExplainCalls | None = None
 
     def _set_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
         self.saved_items.append((table, key, table.get(key, _MISSING)))
@@ -497,8 +499,9 @@ class Emulation:
         for name, function in functions.items():
             self._set(torch._C, name, function)
         self._set(torch, "Generator", generator_class(torch.Generator))
-        self._set_item(copyreg.dispatch_table, torch.device, reduce_device)
-        self._set(torch, "device", device_class(torch.device))
+        if self.design != "tags":  # the tags design's mode answers torch.device(0)
+            self._set_item(copyreg.dispatch_table, torch.device, reduce_device)
+            self._set(torch, "device", device_class(torch.device))
         self._set(torch, "compile", compile_eagerly())
         self._set(
             torch._C,
@@ -530,6 +533,7 @@ class Emulation:
             device_mix.judged[0] = True
             self.scripts = tagged.ScriptCalls()
             self.mode = tagged.TagMode(self.policy)
+            self.explain = explain.ExplainCalls(self.mode)
         else:
             device_mix.on_host[0] = policy.on_host
             self.mode = calls.EmulationMode(self.policy)
@@ -552,6 +556,9 @@ class Emulation:
         if self.scripts is not None:
             self.scripts.undo()
             self.scripts = None
+        if self.explain is not None:
+            self.explain.undo()
+            self.explain = None
         if self.autocast is not None:
             self.autocast.undo()
             self.autocast = None

@@ -210,6 +210,7 @@ class TagMode(TorchFunctionMode):
             torch.autograd.backward: self._autograd,
             torch.autograd.grad: self._autograd,
             torch._C._nn._parse_to: self._pass,
+            torch.device: self._device_of,
             # a move between the device and the host keeps the parameter
             # objects (param.data = moved), as dense tensors of any two
             # devices are compatible on a Mac too
@@ -416,6 +417,15 @@ class TagMode(TorchFunctionMode):
             return MPS if lazy.on_device(value) else func(*args, **kwargs)
         if tags.tagged(value):
             return MPS
+        return func(*args, **kwargs)
+
+    def _device_of(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        # torch.device(0) names the current accelerator: mps:0 on a Mac (a
+        # Linux CPU build has none and raises); accelerate's device_map={"": 0}
+        if len(args) == 1 and not kwargs and type(args[0]) is int:
+            return func("mps", args[0])
         return func(*args, **kwargs)
 
     def _is_mps_get(

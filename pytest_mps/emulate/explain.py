@@ -1,0 +1,147 @@
+"""``torch._dynamo.explain`` under the tags design: traced outside the function mode.
+
+Dynamo traces every torch-function mode on the stack into the graphs it
+builds. The tags design's mode (:class:`.tagged.TagMode`) reads each tensor's
+storage, which Dynamo cannot trace, so ``explain`` would count graph breaks
+inside pytest-mps that a Mac never has (torch_geometric's
+``test_compile_graph_breaks``). While installed, ``torch._dynamo.explain``
+runs the function with the mode taken off the stack: Dynamo sees device
+tensors as the CPU tensors they are, and counts the graphs and breaks of the
+user's code alone. ``torch.compile`` already runs eagerly under the emulation.
+
+``torch._dynamo`` takes seconds to import, so it is not imported here: its
+``explain`` is replaced when something imports it, through an import hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from pytest_mps.emulate import patching
+
+MODULE = "torch._dynamo"
+
+
+@contextlib.contextmanager
+def outside(mode: Any) -> Iterator[None]:
+    """Run the block with ``mode`` off the torch-function mode stack.
+
+    The modes above it stay, in their order; ``mode`` goes back where it was.
+    """
+    stack = torch.overrides._get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+    if not any(m is mode for m in stack):
+        yield
+        return
+    above: list[Any] = []
+    while True:
+        top = torch._C._pop_torch_function_stack()
+        if top is mode:
+            break
+        above.append(top)
+    for other in reversed(above):
+        torch._C._push_on_torch_function_stack(other)
+    try:
+        yield
+    finally:
+        for _ in above:
+            torch._C._pop_torch_function_stack()
+        torch._C._push_on_torch_function_stack(mode)
+        for other in reversed(above):
+            torch._C._push_on_torch_function_stack(other)
+
+
+def explaining(explain: Callable[..., Any], mode: Any) -> Callable[..., Any]:
+    """``torch._dynamo.explain`` that traces outside ``mode``."""
+
+    @functools.wraps(explain)
+    def wrapper(f: Any, *extra_args: Any, **extra_kwargs: Any) -> Any:
+        if extra_args or extra_kwargs:  # the deprecated explain(f, *args)
+            with outside(mode):
+                return explain(f, *extra_args, **extra_kwargs)
+        inner = explain(f)
+
+        @functools.wraps(inner)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with outside(mode):
+                return inner(*args, **kwargs)
+
+        return run
+
+    return wrapper
+
+
+class _Loader(importlib.abc.Loader):
+    """Loads a module with its own loader, then hands it to ``loaded``."""
+
+    def __init__(
+        self, loader: importlib.abc.Loader, loaded: Callable[[Any], None]
+    ) -> None:
+        self.loader = loader
+        self.loaded = loaded
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.loaded(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Catches the first import of :data:`MODULE` (see the module doc)."""
+
+    def __init__(self, loaded: Callable[[Any], None]) -> None:
+        self.loaded = loaded
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, self.loaded)
+                return spec
+        return None
+
+
+class ExplainCalls(patching.Patches):
+    """Replaces ``torch._dynamo.explain`` now, or when it is first imported."""
+
+    def __init__(self, mode: Any) -> None:
+        super().__init__()
+        self.mode = mode
+        self.finder: _Finder | None = None
+        module = sys.modules.get(MODULE)
+        if module is not None:
+            self._replace(module)
+        else:
+            self.finder = _Finder(self._replace)
+            sys.meta_path.insert(0, self.finder)
+
+    def _replace(self, module: Any) -> None:
+        explain = getattr(module, "explain", None)
+        if explain is not None:
+            self._patch(module, "explain", explaining(explain, self.mode))
+
+    def undo(self) -> None:
+        """Put ``explain`` back and stop watching imports."""
+        if self.finder is not None and self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+        self.finder = None
+        super().undo()
