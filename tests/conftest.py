@@ -394,8 +394,11 @@ def baked_from_the_clone(
         published.clone / "template", out / "out", cookiecutter_config
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout == done.stderr == "", done.stdout + done.stderr
-    return out / "out" / "tiny-gpt"
+    project = out / "out" / "tiny-gpt"
+    # one line, where the project went (cookiecutter itself says nothing)
+    said = f"baked tiny-gpt into {project}: README.md there says what next\n"
+    assert done.stdout == said and done.stderr == "", done.stdout + done.stderr
+    return project
 
 
 #: pytest-benchmark's own tests, run by test_benchmark_dropin.py under the alias.

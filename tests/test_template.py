@@ -335,7 +335,9 @@ def test_without_a_remote_the_bake_says_in_one_line_that_ci_needs_a_source(
     assert done.returncode == 0, done.stderr
     project = tmp_path / "out" / "tiny-gpt"
     said = done.stderr.splitlines()
-    assert len(said) == 1 and done.stdout == "", done.stdout + done.stderr
+    baked = done.stdout.splitlines()
+    assert len(said) == 1 and len(baked) == 1, done.stdout + done.stderr
+    assert baked[0].startswith("baked tiny-gpt into "), done.stdout
     assert said[0].startswith("no CI workflow written: the project's CI needs a source")
     reason = "is not a git checkout" if history == "no git" else "has no remote"
     assert f"{checkout} {reason}" in said[0]
@@ -376,7 +378,9 @@ def test_a_remote_a_ci_machine_cannot_clone_gets_no_workflow_and_one_line(
     )
     assert done.returncode == 0, done.stderr
     said = done.stderr.splitlines()
-    assert len(said) == 1 and done.stdout == "", done.stdout + done.stderr
+    baked = done.stdout.splitlines()
+    assert len(said) == 1 and len(baked) == 1, done.stdout + done.stderr
+    assert baked[0].startswith("baked tiny-gpt into "), done.stdout
     assert said[0].startswith("no CI workflow written: the project's CI needs a source")
     assert f"the git checkout {clone} has a remote" in said[0] and reason in said[0]
     for form in ("a version range on a package index", "a VCS URL", "a path"):

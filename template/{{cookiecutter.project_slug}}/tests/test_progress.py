@@ -2,9 +2,15 @@
 
 import io
 
-from {{ cookiecutter.package_name }}.config import replace
+from {{ cookiecutter.package_name }}.config import PRESETS, replace
 from {{ cookiecutter.package_name }}.progress import duration
-from {{ cookiecutter.package_name }}.train import Progress, setup, size_warning, train
+from {{ cookiecutter.package_name }}.train import (
+    SIZE_SETTINGS,
+    Progress,
+    setup,
+    size_warning,
+    train,
+)
 
 
 class Terminal(io.StringIO):
@@ -49,8 +55,10 @@ def test_an_evaluation_shows_its_progress_on_a_terminal(small_config):
 def test_a_preset_far_too_large_for_the_device_is_named_with_the_measured_time(
     small_config,
 ):
+    shape = {n: PRESETS["shakespeare_char"][n] for n in SIZE_SETTINGS}
     t = setup(replace(small_config, preset="shakespeare_char", max_iters=100,
-                      eval_interval=50, eval_iters=10), log=lambda _: None)  # fmt: skip
+                      eval_interval=50, eval_iters=10, **shape),
+              log=lambda _: None)  # fmt: skip
     warning = size_warning(t, batch_seconds=2.0)
     assert warning is not None
     assert "preset 'shakespeare_char' is far too large for" in warning
@@ -59,4 +67,24 @@ def test_a_preset_far_too_large_for_the_device_is_named_with_the_measured_time(
     assert "a training step takes about 6s" in warning
     assert "(100 iterations, 3 evaluations of 20 batches) about 12m00s" in warning
     assert "--preset=tiny suits this device" in warning
+    assert "fewer --max_iters (now 100)" in warning
     assert size_warning(t, batch_seconds=0.01) is None
+
+
+def test_a_short_run_is_not_warned_about_however_slow_its_steps(small_config):
+    # the README's main job: 100 iterations of tiny on a slow CPU take minutes
+    t = setup(replace(small_config, preset="tiny", max_iters=100,
+                      eval_interval=50, eval_iters=10), log=lambda _: None)  # fmt: skip
+    assert size_warning(t, batch_seconds=0.5) is None  # about 3 minutes
+    assert size_warning(t, batch_seconds=3.0) is not None  # about 18 minutes
+
+
+def test_a_model_sized_by_hand_is_named_instead_of_its_preset(small_config):
+    t = setup(replace(small_config, preset="tiny", n_layer=2, n_embd=32,
+                      max_iters=1000, eval_interval=500, eval_iters=10),
+              log=lambda _: None)  # fmt: skip
+    warning = size_warning(t, batch_seconds=1.0)
+    assert warning is not None
+    assert "warning: the model set here (" in warning and "n_layer=2" in warning
+    assert "preset 'tiny'" not in warning
+    assert "a smaller model suits it (now --n_layer=2 --n_embd=32" in warning

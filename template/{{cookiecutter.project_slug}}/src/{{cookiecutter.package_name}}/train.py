@@ -30,7 +30,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from . import checkpoint, distributed, runs
-from .config import Config
+from .config import PRESETS, Config
 from .config import replace as replace_config
 from .data import Batches, load_dataset
 from .device import (
@@ -460,13 +460,17 @@ def evaluation_progress(
     return on_batch
 
 
-# A training step slower than this makes the preset far too large for the
-# device: the presets' schedules run thousands of steps.
+# A training step slower than this, in a run longer than LONG_RUN_SECONDS, makes
+# the model far too large for the device: the presets run thousands of steps.
 SLOW_STEP_SECONDS = 1.0
+LONG_RUN_SECONDS = 600.0
+# The settings that make a model (and its step) larger.
+SIZE_SETTINGS = ("n_layer", "n_embd", "block_size", "batch_size")
 
 
 def size_warning(t: Trainer, batch_seconds: float) -> str | None:
-    """A warning, with the measured figure, when each step would take seconds.
+    """A warning, with the measured figure, when each step takes seconds and the
+    run would take more than LONG_RUN_SECONDS; it names what to change.
 
     A step is about three forward passes (forward and backward) per micro-batch;
     `batch_seconds` is one forward pass of an evaluation batch, measured here
@@ -474,25 +478,34 @@ def size_warning(t: Trainer, batch_seconds: float) -> str | None:
     """
     cfg = t.cfg
     step = 3 * t.micro_steps * batch_seconds
-    if step < SLOW_STEP_SECONDS:
-        return None
     iters_left = cfg.max_iters - t.iter_num
     # This evaluation, those at later multiples of eval_interval, and the last.
     evaluations = len(range(t.iter_num, cfg.max_iters + 1, cfg.eval_interval))
     evaluations += cfg.max_iters % cfg.eval_interval != 0 and iters_left > 0
     total = iters_left * step + evaluations * 2 * cfg.eval_iters * batch_seconds
-    smaller = (
-        "--preset=tiny suits this device, or train on a GPU"
-        if cfg.preset != "tiny"
-        else "fewer --max_iters or a smaller model suit it, or a GPU"
+    if step < SLOW_STEP_SECONDS or total < LONG_RUN_SECONDS:
+        return None
+    preset = PRESETS.get(cfg.preset, {})
+    own = [n for n in SIZE_SETTINGS if getattr(cfg, n) != preset.get(n)]
+    if own:  # the user sized the model: name those settings, not the preset
+        settings = ", ".join(f"{n}={getattr(cfg, n)}" for n in own)
+        what = f"the model set here ({settings})"
+    else:
+        what = f"preset {cfg.preset!r}"
+    sizes = " ".join(f"--{n}={getattr(cfg, n)}" for n in SIZE_SETTINGS)
+    change = (
+        "--preset=tiny suits this device"
+        if cfg.preset != "tiny" and not own
+        else f"a smaller model suits it (now {sizes})"
     )
     return (
-        f"warning: preset {cfg.preset!r} is far too large for"
+        f"warning: {what} is far too large for"
         f" {device_name(t.runtime.device)} ({t.runtime.device}): one evaluation"
         f" batch took {batch_seconds:.2f} s here, so a training step takes about"
         f" {duration(step)} and this run ({iters_left} iterations,"
         f" {evaluations} evaluations of {2 * cfg.eval_iters} batches) about"
-        f" {duration(total)}; {smaller}"
+        f" {duration(total)}; {change}, or fewer --max_iters (now"
+        f" {cfg.max_iters}), or a GPU"
     )
 
 
