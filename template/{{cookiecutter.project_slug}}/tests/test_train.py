@@ -213,6 +213,17 @@ def test_the_loss_curve_is_drawn_when_matplotlib_is_installed(small_config):
     assert (Path(small_config.out_dir) / "loss.csv").is_file()
 
 
+def test_without_matplotlib_train_says_in_one_line_how_to_get_the_plot(
+    small_config, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    _, out = run(replace(small_config, plot=True, max_iters=2))
+    said = [line for line in out.splitlines() if "no loss curve" in line]
+    assert len(said) == 1 and "pip install -e '.[plot]'" in said[0], out
+    assert not (Path(small_config.out_dir) / "loss.png").exists()
+    assert (Path(small_config.out_dir) / "loss.csv").is_file()
+
+
 def test_the_learning_rate_warms_up_then_decays_to_min_lr(small_config):
     cfg = replace(small_config, warmup_iters=10, max_iters=100, learning_rate=1e-3,
                   min_lr=1e-4)  # fmt: skip

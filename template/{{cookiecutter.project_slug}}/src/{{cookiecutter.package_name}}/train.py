@@ -723,8 +723,8 @@ def plot_losses(t: Trainer, png: Path, csv_path: Path) -> str:
         from matplotlib import pyplot as plt
     except ImportError:
         return (
-            f"no loss curve: matplotlib is not installed (pip install matplotlib);"
-            f" the numbers are in {csv_path}"
+            "no loss curve: matplotlib is not installed (the project's plot extra:"
+            f" pip install -e '.[plot]'); the numbers are in {csv_path}"
         )
     fig, ax = plt.subplots(figsize=(7, 4))
     if t.losses:
