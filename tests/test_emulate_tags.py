@@ -28,6 +28,16 @@ FLOAT64 = "Cannot convert a MPS Tensor to float64 dtype"
 MPS = torch.device("mps", 0)
 
 
+def run_emulated(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *options: str
+) -> pytest.RunResult:
+    """The suite under ``--mps-emulate``, tags design, in a subprocess."""
+    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    return pytester.runpytest_subprocess(
+        "--mps-emulate", *options, "-p", "no:cacheprovider"
+    )
+
+
 @pytest.fixture
 def emulated() -> Iterator[Emulation]:
     emulation = Emulation((99, 0), fallback=False, design="tags")
@@ -264,8 +274,7 @@ def test_the_variable_picks_the_design(
             x + torch.ones(2)
         """
     )
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result = run_emulated(pytester, monkeypatch)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["E*RuntimeError: " + TWO_DEVICES.format("mps:0", "cpu")]
@@ -326,8 +335,7 @@ def test_the_watchers_see_tagged_tensors_on_the_device(
             torch.ones(2).tolist()
         """
     )
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result = run_emulated(pytester, monkeypatch)
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*HostSyncError: Tensor.tolist makes the host wait*"])
 
@@ -357,10 +365,7 @@ def test_the_mixed_device_guard_fails_only_what_a_mac_fails(
             torch.ones(2, device=device) + torch.ones(2)
         """
     )
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
-    result = pytester.runpytest_subprocess(
-        "--mps-emulate", "--mps-mixed-devices=error", "-p", "no:cacheprovider"
-    )
+    result = run_emulated(pytester, monkeypatch, "--mps-mixed-devices=error")
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines(["FAILED test_mix.py::test_a_host_tensor*"])
 
@@ -386,8 +391,7 @@ def test_the_guard_takes_its_scalar_notes_from_the_emulation(
             assert (x * torch.tensor(2.0)).tolist() == [6.0] * 3
         """
     )
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result = run_emulated(pytester, monkeypatch)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
@@ -399,9 +403,7 @@ def test_the_guard_takes_its_scalar_notes_from_the_emulation(
         ]
     )
     result.stdout.no_fnmatch_line("*aten::fill*")
-    off = pytester.runpytest_subprocess(
-        "--mps-emulate", "--mps-mixed-devices=off", "-p", "no:cacheprovider"
-    )
+    off = run_emulated(pytester, monkeypatch, "--mps-mixed-devices=off")
     off.assert_outcomes(passed=1)
     off.stdout.no_fnmatch_line("*read as scalars*")
 
@@ -451,6 +453,5 @@ def test_dynamo_explain_counts_the_users_graphs_alone(
             assert pickle.loads(pickle.dumps(torch.device(0))) == torch.device("mps", 0)
         """
     )
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result = run_emulated(pytester, monkeypatch)
     result.assert_outcomes(passed=2)
