@@ -88,7 +88,7 @@ torch 2.11.0 (the CUDA build, on a lent H100 host, ``CUDA_VISIBLE_DEVICES=``,
 CPU or float64): 0.995 / 0.953 (183, 1, 9). The misses add linalg.pinv's
 singular samples and grid_sample at three dtypes; the false alarm is the same
 batch_norm. Before the float64-by-name rule above and the mvlgamma correction
-(``pytest_mps/audit/ops.py``) the same run read 0.718 / 0.953 (183, 72, 9):
+(``pytest_mps/ops/``) the same run read 0.718 / 0.953 (183, 72, 9):
 59 samples asked for ``dtype=torch.double`` on MPS by name, and mvlgamma was
 called a fallback by the composite-out rule at 12 (variant, dtype) pairs.
 """

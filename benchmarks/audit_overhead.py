@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import watch_overhead  # the same nanoGPT step, from this folder
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 from pytest_mps.audit import plugin
 from pytest_mps.audit.recorder import Recorder
 from pytest_mps.watch import mode as watch
@@ -85,9 +85,9 @@ def parse_costs() -> dict[str, float]:
     import torchgen.gen  # noqa: F401
 
     costs = {"import torchgen": time.perf_counter() - start}
-    mps_ops._memory.clear()
+    mps_ops.table._memory.clear()
     costs["parse yaml + classify"] = mps_ops.load_table(use_cache=False).seconds
-    mps_ops._memory.clear()
+    mps_ops.table._memory.clear()
     table = mps_ops.load_table()
     costs[f"load ({table.source})"] = table.seconds
     costs["load (memory)"] = mps_ops.load_table().seconds

@@ -44,7 +44,7 @@ def yaml_gives_mps_kernel(overload: str) -> bool:
     Read as text, without the audit's classifier, so tests that depend on a fact
     of one torch release can say which releases it holds for.
     """
-    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps import ops as mps_ops
 
     text = mps_ops.yaml_paths()[0].read_text(encoding="utf-8")
     head = f"- func: {overload}("

@@ -188,7 +188,7 @@ def test_the_headers_counts_are_the_op_table_this_run_used(
 ) -> None:
     import re
 
-    from pytest_mps.audit import ops
+    from pytest_mps import ops
 
     result = user_suite.runpytest("--mps-audit", "-k", "svd")
     header = re.search(
@@ -397,7 +397,7 @@ def test_check_on_a_mac_compares_every_op_with_the_dispatcher(
 def test_recorder_flags_ops_mixing_cpu_and_meta_tensors_with_the_line() -> None:
     import torch
 
-    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps import ops as mps_ops
     from pytest_mps.audit.recorder import Recorder
     from pytest_mps.watch import mode as watch
 
@@ -438,13 +438,13 @@ def test_plugin_off_leaves_no_audit_behind(user_suite: pytest.Pytester) -> None:
 def test_the_op_table_is_loaded_only_when_auditing(
     user_suite: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps import ops as mps_ops
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("PYTEST_MPS_CACHE_DIR", str(cache))
     # without PyTorch's lists: no OpInfo map traced into the fresh cache
     monkeypatch.setenv("PYTEST_MPS_COMMON_MPS", str(tmp_path / "absent.py"))
-    monkeypatch.setattr(mps_ops, "_memory", {})
+    monkeypatch.setattr(mps_ops.table, "_memory", {})
     user_suite.runpytest("-k", "svd").assert_outcomes(passed=1)
     assert not cache.exists()
     result = user_suite.runpytest("--mps-audit", "-k", "svd")

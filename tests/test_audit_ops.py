@@ -13,7 +13,7 @@ import torch
 from conftest import yaml_gives_mps_kernel
 from torchgen.gen import parse_native_yaml
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,9 @@ def test_a_structured_delegate_without_mps_makes_its_op_fall_back(
 ) -> None:
     mps = _kernels(parsed, "MPS")
     # all.dims: a composite kernel beside the delegate, which MPS gets
-    composite = set().union(*(_kernels(parsed, k) for k in mps_ops._COMPOSITE_KEYS))
+    composite = set().union(
+        *(_kernels(parsed, k) for k in mps_ops.yaml_rules._COMPOSITE_KEYS)
+    )
     delegating = {
         str(f.func.name): str(f.structured_delegate)
         for f in parsed.native_functions
@@ -119,7 +121,7 @@ def test_a_composite_kernel_beside_a_delegate_without_mps_runs(
 def _cpu_and_cuda_only(parsed: Any) -> list[str]:
     """Overloads the installed yaml gives CPU and CUDA kernels and nothing else."""
     others = set().union(
-        *(_kernels(parsed, key) for key in ("MPS", *mps_ops._COMPOSITE_KEYS))
+        *(_kernels(parsed, key) for key in ("MPS", *mps_ops.yaml_rules._COMPOSITE_KEYS))
     )
     fixed = {fix.op for fix in mps_ops.CORRECTIONS}
     both = _kernels(parsed, "CPU") & _kernels(parsed, "CUDA")
@@ -334,7 +336,7 @@ def test_dtypes_mps_holds_have_no_problem() -> None:
 def test_the_table_is_cached_in_a_file_keyed_by_version_and_yaml_sha(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mps_ops, "_memory", {})
+    monkeypatch.setattr(mps_ops.table, "_memory", {})
     first = mps_ops.load_table(tmp_path)
     assert first.source == "parsed"
     (cache_file,) = tmp_path.iterdir()
@@ -343,7 +345,7 @@ def test_the_table_is_cached_in_a_file_keyed_by_version_and_yaml_sha(
     stored = json.loads(cache_file.read_text())
     assert stored["codes"] == first.codes
 
-    monkeypatch.setattr(mps_ops, "_memory", {})
+    monkeypatch.setattr(mps_ops.table, "_memory", {})
     second = mps_ops.load_table(tmp_path)
     assert second.source == "cache file"
     assert second.codes == first.codes
@@ -353,7 +355,7 @@ def test_the_table_is_cached_in_a_file_keyed_by_version_and_yaml_sha(
 def test_a_corrupt_cache_file_is_parsed_again_and_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: mps_ops.OpTable
 ) -> None:
-    monkeypatch.setattr(mps_ops, "_memory", {})
+    monkeypatch.setattr(mps_ops.table, "_memory", {})
     path = mps_ops.cache_file(tmp_path, torch.__version__, table.yaml_sha256)
     path.write_text("{not json")
     reloaded = mps_ops.load_table(tmp_path)
@@ -364,12 +366,12 @@ def test_a_corrupt_cache_file_is_parsed_again_and_rewritten(
 def test_an_unwritable_cache_directory_still_gives_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mps_ops, "_memory", {})
+    monkeypatch.setattr(mps_ops.table, "_memory", {})
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     result = mps_ops.load_table(blocker)
     assert result.source == "parsed"
-    monkeypatch.setattr(mps_ops, "_memory", {})
+    monkeypatch.setattr(mps_ops.table, "_memory", {})
     assert result.codes == mps_ops.load_table(tmp_path / "cache").codes
 
 

@@ -100,7 +100,7 @@ def test_plugin_does_not_import_torch_for_a_suite_that_never_uses_it(
         "pytest_mps.benchmark.report",
         "pytest_mps.watch.mode",
         "pytest_mps.watch.front",
-        "pytest_mps.audit.ops",
+        "pytest_mps.ops",
         "pytest_mps.audit.recorder",
         "pytest_mps.assertions",
     ]

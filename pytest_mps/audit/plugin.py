@@ -2,7 +2,7 @@
 
 Each test's aten ops (seen through the one watch mode of :mod:`pytest_mps.watch.mode`,
 after decomposition) are looked up in the installed torch's own op table
-(:mod:`pytest_mps.audit.ops`), and their tensors' dtypes checked against what MPS
+(:mod:`pytest_mps.ops`), and their tensors' dtypes checked against what MPS
 can hold. Findings travel on ``report.user_properties`` (so pytest-xdist works),
 are listed per test and as a session table in the terminal summary, and go to
 the ``--mps-report`` JSON under ``"mps_audit"``. ``--mps-audit=error`` fails
@@ -43,8 +43,8 @@ from pytest_mps.audit.settings import (
 from pytest_mps.options import argparse_type
 
 if TYPE_CHECKING:
-    from pytest_mps.audit.ops import OpTable
     from pytest_mps.audit.recorder import Recorder
+    from pytest_mps.ops import OpTable
 
 
 class Expectations(NamedTuple):
@@ -145,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.level == "off":
         return
     from pytest_mps import backend
-    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps import ops as mps_ops
 
     if not backend.torch_installed():
         raise pytest.UsageError("--mps-audit: torch is not installed")
@@ -176,8 +176,8 @@ def load_expectations(table: OpTable, macos: tuple[int, int]) -> Expectations:
     """PyTorch's MPS test lists mapped onto aten ops; a note instead on bad input."""
     import sys
 
+    from pytest_mps import ops as mps_ops
     from pytest_mps.audit import expectations as lists
-    from pytest_mps.audit import ops as mps_ops
     from pytest_mps.audit.rules import argument_rules
 
     rules = argument_rules(lambda op: table.predict(op).outcome)
@@ -215,7 +215,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     table = config.stash.get(table_key, None)
     if table is None:
         return None
-    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps import ops as mps_ops
 
     counts = table.counts()
     found = config.stash.get(expectations_key, None)
@@ -366,7 +366,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     table = config.stash.get(table_key, None)
     if table is None:
         return
-    from pytest_mps.audit import ops as mps_ops
+    from pytest_mps import ops as mps_ops
     from pytest_mps.audit import summary
 
     per_test, ops = summary.collect(terminalreporter.stats)

@@ -15,7 +15,7 @@ from functools import lru_cache
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 
 if TYPE_CHECKING:
     from pytest_mps.audit.ignores import Ignore

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from pytest_mps.audit.ops import CERTAIN, FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
+from pytest_mps.ops import CERTAIN, FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
 
 
 @dataclasses.dataclass(frozen=True)

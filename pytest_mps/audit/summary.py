@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 from pytest_mps.audit.recorder import is_problem
 from pytest_mps.watch.locations import relative_location
 

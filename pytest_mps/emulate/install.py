@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
     calls,
     explain,

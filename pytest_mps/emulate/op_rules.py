@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import policy
 
 _ACTED_ON = frozenset({mps_ops.FALLBACK, mps_ops.FORCED_FALLBACK})

@@ -2,7 +2,7 @@
 
 The emulated device (:mod:`.tensor`) asks this module, before each aten op,
 what a Mac would do: run it, run it on the CPU with a warning, or raise. The
-knowledge is the audit's (:mod:`pytest_mps.audit.ops` reads the installed
+knowledge is the audit's (:mod:`pytest_mps.ops` reads the installed
 torch's ``native_functions.yaml``, :mod:`pytest_mps.audit.rules` the argument
 rules), so the emulation and ``--mps-audit`` judge alike. The messages are
 PyTorch's, each quoted from the source file named beside it.
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
-from pytest_mps.audit import ops as mps_ops
+from pytest_mps import ops as mps_ops
 from pytest_mps.audit import rules as audit_rules
 from pytest_mps.watch.device_mix import written_positions
 
