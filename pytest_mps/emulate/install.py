@@ -35,6 +35,7 @@ from pytest_mps.emulate import (
     memory,
     op_rules,
     policy,
+    scripts,
     serialization,
     tagged,
     tags,
@@ -471,7 +472,7 @@ class Emulation:
         self.serialization: serialization.Patches | None = None
         self.autocast: AutocastPatch | None = None
         self.lazy: lazy.Patches | None = None
-        self.scripts: tagged.ScriptCalls | None = None
+        self.scripts: scripts.ScriptCalls | None = None
         self.explain: explain.ExplainCalls | None = None
 
     def _set_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
@@ -531,7 +532,7 @@ class Emulation:
             device_mix.on_host[0] = tagged.on_host
             device_mix.on_device[0] = tags.tagged
             device_mix.judged[0] = True
-            self.scripts = tagged.ScriptCalls()
+            self.scripts = scripts.ScriptCalls()
             self.mode = tagged.TagMode(self.policy)
             self.explain = explain.ExplainCalls(self.mode)
         else:
