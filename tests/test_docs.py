@@ -1,0 +1,56 @@
+"""The documentation site: its reference page against ``pytest --help``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def reference_lists(cwd: Path) -> tuple[set[str], set[str]]:
+    """The option spellings and ini keys the reference page is built from."""
+    script = (
+        f"import sys, json; sys.path.insert(0, {str(DOCS / '_ext')!r});"
+        " import mps_reference as m; options, keys = m.collect();"
+        " print(json.dumps([[n for names, _ in options for n in names],"
+        " [k for k, _, _ in keys]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    options, keys = json.loads(done.stdout.splitlines()[-1])
+    return set(options), set(keys)
+
+
+def test_the_reference_lists_every_option_and_ini_key_of_pytest_help(
+    pytester: pytest.Pytester,
+) -> None:
+    result = pytester.runpytest("--help")
+    text = result.stdout.str()
+    # the option column: a line's spellings before its help text
+    columns = re.findall(r"^  (-\S.*?)(?:\s{2,}|$)", text, re.M)
+    shown = {o for c in columns for o in re.findall(r"(?<![\w-])(--mps[\w-]*)", c)}
+    ini = set(re.findall(r"^  (mps_\w+) \(", text, re.M))
+    options, keys = reference_lists(pytester.path)
+    assert shown and ini
+    assert {o for o in options if o.startswith("--mps")} == shown
+    assert keys == ini
+
+
+def test_the_reference_page_is_filled_from_the_definitions() -> None:
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import mps_reference
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    page = mps_reference.markdown()
+    assert "| `--mps-emulate` |" in page
+    assert "| `mps_emulate_memory` |" in page
+    assert "<!-- mps-reference -->" in (DOCS / "reference.md").read_text()
