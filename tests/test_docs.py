@@ -54,3 +54,32 @@ def test_the_reference_page_is_filled_from_the_definitions() -> None:
     assert "| `--mps-emulate` |" in page
     assert "| `mps_emulate_memory` |" in page
     assert "<!-- mps-reference -->" in (DOCS / "reference.md").read_text()
+
+
+def python_examples() -> list[tuple[str, str]]:
+    """(page:line, code) of every ```python block of the docs pages."""
+    found = []
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text()
+        for match in re.finditer(r"^```python\n(.*?)^```", text, re.M | re.S):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append((f"{page.name}:{line}", match.group(1)))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("where", "code"), python_examples(), ids=[w for w, _ in python_examples()]
+)
+@pytest.mark.parametrize("options", [(), ("--mps-emulate",)], ids=["cpu", "emulated"])
+def test_every_docs_example_passes_as_a_test_file(
+    pytester: pytest.Pytester, where: str, code: str, options: tuple[str, ...]
+) -> None:
+    pytester.makepyfile(test_example=code)
+    result = pytester.runpytest_subprocess(*options, "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 1, f"{where}: {result.stdout.str()[-2000:]}"
+    result.assert_outcomes(passed=outcomes["passed"])
+
+
+def test_the_docs_have_examples_to_run() -> None:
+    assert python_examples(), "no ```python block in docs/*.md"
