@@ -137,7 +137,7 @@ class ExplainCalls(patching.Patches):
     def _replace(self, module: Any) -> None:
         explain = getattr(module, "explain", None)
         if explain is not None:
-            self._patch(module, "explain", explaining(explain, self.mode))
+            self.patch(module, "explain", explaining(explain, self.mode))
 
     def undo(self) -> None:
         """Put ``explain`` back and stop watching imports."""

@@ -34,6 +34,7 @@ from pytest_mps.emulate import (
     lazy,
     memory,
     op_rules,
+    patching,
     policy,
     scripts,
     serialization,
@@ -466,7 +467,7 @@ class Emulation:
         self.policy = policy.Policy(mps_ops.load_table(), fallback, macos)
         self.budget = budget
         self.runtime = Runtime(macos, budget)
-        self.saved: list[tuple[Any, str, Any]] = []
+        self.patches = patching.Patches()
         self.saved_items: list[tuple[dict[Any, Any], Any, Any]] = []
         self.mode: calls.EmulationMode | tagged.TagMode | None = None
         self.serialization: serialization.Patches | None = None
@@ -480,8 +481,7 @@ class Emulation:
         table[key] = value
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
-        self.saved.append((owner, name, getattr(owner, name, _MISSING)))
-        setattr(owner, name, value)
+        self.patches.patch(owner, name, value)
 
     def install(self) -> None:
         """Patch torch and enter the mode (in the calling thread)."""
@@ -570,12 +570,7 @@ class Emulation:
         device_mix.judged[0] = False
         op_rules.activate(None)
         tags.on_new[0] = None
-        for owner, name, value in reversed(self.saved):
-            if value is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, value)
-        self.saved.clear()
+        self.patches.undo()
         for table, key, value in reversed(self.saved_items):
             if value is _MISSING:
                 table.pop(key, None)

@@ -72,9 +72,9 @@ class Patches(patching.Patches):
                 made = torch.nn.Parameter(made, requires_grad)
             torch.utils.swap_tensors(self, made)  # type: ignore[no-untyped-call]
 
-        self._patch(UninitializedTensorMixin, "materialize", materialize)
+        self.patch(UninitializedTensorMixin, "materialize", materialize)
         for cls in (torch.nn.UninitializedParameter, torch.nn.UninitializedBuffer):
-            self._patch(cls, "__deepcopy__", _deepcopy(cls.__deepcopy__))
+            self.patch(cls, "__deepcopy__", _deepcopy(cls.__deepcopy__))
 
 
 def _deepcopy(original: Any) -> Any:

@@ -17,7 +17,8 @@ class Patches:
     def __init__(self) -> None:
         self.saved: list[tuple[Any, str, Any]] = []
 
-    def _patch(self, owner: Any, name: str, value: Any) -> None:
+    def patch(self, owner: Any, name: str, value: Any) -> None:
+        """Set ``owner.name`` to ``value``, keeping what was there for :meth:`undo`."""
         self.saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
         setattr(owner, name, value)
 

@@ -36,9 +36,9 @@ class ScriptCalls(patching.Patches):
 
         super().__init__()
         for name in ("script", "trace"):
-            self._patch(torch.jit, name, _tagging_factory(getattr(torch.jit, name)))
+            self.patch(torch.jit, name, _tagging_factory(getattr(torch.jit, name)))
         call = torch.jit.ScriptModule.__call__
-        self._patch(torch.jit.ScriptModule, "__call__", _tagging_call(call))
+        self.patch(torch.jit.ScriptModule, "__call__", _tagging_call(call))
 
 
 def _any_tagged(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
