@@ -49,6 +49,8 @@ def _leaves(
                 label = param_names.get(id(param), f"param_groups[{g}][{i}]")
                 yield from _leaves(param, f"{path}.{label}", seen, param_names)
                 for key, value in obj.state.get(param, {}).items():
+                    if key == "step" and _host_scalar(value):
+                        continue  # PyTorch's own step counter: see _host_scalar
                     yield from _leaves(
                         value, f"{path}.state[{label}][{_key(key)}]", seen, param_names
                     )
@@ -76,6 +78,22 @@ def _leaves(
             yield from _leaves(
                 getattr(obj, field.name), f"{path}.{field.name}", seen, param_names
             )
+
+
+def _host_scalar(value: Any) -> bool:
+    """A 0-dim tensor on the CPU: where PyTorch's optimizers keep ``step``.
+
+    Unless ``capturable`` or ``fused``, torch.optim's Adam, AdamW and the rest
+    hold each parameter's step count on the host on purpose, on every device
+    (and ``load_state_dict`` keeps it there): never a misplaced tensor.
+    """
+    import torch
+
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 0
+        and value.device.type == "cpu"
+    )
 
 
 def named_leaves(obj: Any, root: str) -> list[tuple[str, torch.Tensor]]:
@@ -198,7 +216,8 @@ def assert_same_device(*objs: Any, **named: Any) -> None:
     """Assert that every tensor in ``objs`` lives on one device.
 
     Accepts tensors, modules (parameters and buffers), optimizers (parameters and
-    state), and nested dicts, lists, tuples, named tuples and dataclasses. The
+    state; a 0-dim ``step`` on the CPU, where torch.optim keeps it, is left
+    out), and nested dicts, lists, tuples, named tuples and dataclasses. The
     failure names the tensors off the device most of them are on first, then
     the others, each by its path, ten at most (``batch["input_ids"] on cpu;
     the other 14 on mps:0: model.wte.weight, ... and 12 more``). Keyword

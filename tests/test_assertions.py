@@ -62,10 +62,31 @@ def test_optimizer_state_is_named_after_the_model_parameter() -> None:
         assert_same_device(model, optimizer)
     assert str(info.value) == (
         'tensors are on 2 devices: optimizer.state[model.weight]["exp_avg"] on meta; '
-        "the other 3 on cpu: model.weight, "
-        'optimizer.state[model.weight]["step"], '
+        "the other 2 on cpu: model.weight, "
         'optimizer.state[model.weight]["exp_avg_sq"]\n' + FIX
     )
+
+
+def test_the_optimizers_host_step_counter_is_not_a_misplaced_tensor() -> None:
+    """torch.optim keeps ``step`` as a 0-dim CPU tensor unless capturable or
+    fused, whatever the parameters' device: on a GPU that is by design."""
+    model = torch.nn.Linear(2, 1).to("meta")
+    optimizer = torch.optim.AdamW(model.parameters())
+    for param in model.parameters():
+        optimizer.state[param] = {
+            "step": torch.tensor(3.0),
+            "exp_avg": torch.zeros_like(param),
+        }
+    assert_same_device(model, optimizer)
+    assert_on_device(optimizer, "meta")
+    # a step counter of another shape, or one under another key, still counts
+    optimizer.state[model.weight]["step"] = torch.tensor([3.0])
+    with pytest.raises(AssertionError, match=r'state\[model.weight\]\["step"\] on cpu'):
+        assert_same_device(model, optimizer)
+    optimizer.state[model.weight]["step"] = torch.tensor(3.0, device="meta")
+    optimizer.state[model.bias]["count"] = torch.tensor(3.0)
+    with pytest.raises(AssertionError, match=r'state\[model.bias\]\["count"\] on cpu'):
+        assert_same_device(model, optimizer)
 
 
 def test_same_device_passes_and_buffers_count() -> None:
