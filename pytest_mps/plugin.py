@@ -1,7 +1,7 @@
 """The pytest11 entry point: wires the concern modules together, holds no logic.
 
 Only light hook modules load at start-up; each family's front door registers
-its heavier parts when a run or a test asks for them (see README, "How it is
+its heavier parts when a run or a test asks for them (see docs/contributing.md, "How it is
 built").
 
 The modules are registered here rather than listed in ``pytest_plugins``:

@@ -22,25 +22,23 @@ from conftest import FALLBACK, REPO
 
 pytest_plugins = ["pytester"]
 
-PARITY_SECTION = "## Does it compute the same on the GPU? `assert_device_parity`"
+PARITY_PAGE = REPO / "docs" / "parity.md"
 
 
-def readme_parity_examples() -> list[str]:
-    """The python blocks of README.md's parity section, as a user would paste them."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"\n{PARITY_SECTION}\n")[1].split("\n## ")[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+def parity_examples() -> list[str]:
+    """The python blocks of the docs' parity page, as a user would paste them."""
+    return re.findall(r"```python\n(.*?)```", PARITY_PAGE.read_text(), re.S)
 
 
-def test_every_readme_parity_example_passes_under_audit_error(
+def test_every_docs_parity_example_passes_under_audit_error(
     pytester: pytest.Pytester,
 ) -> None:
-    examples = readme_parity_examples()
-    assert examples, f"README.md's section {PARITY_SECTION!r} has no python block"
+    examples = parity_examples()
+    assert examples, f"{PARITY_PAGE} has no python block"
     for index, example in enumerate(examples):
-        pytester.makepyfile(**{f"test_readme_parity_{index}": example})
+        pytester.makepyfile(**{f"test_docs_parity_{index}": example})
     tests = sum(len(re.findall(r"^def test_", e, re.M)) for e in examples)
-    assert tests, "the README's parity examples hold no test"
+    assert tests, "the docs' parity examples hold no test"
     result = pytester.runpytest("--mps-audit=error", "--mps-report=r.json")
     result.assert_outcomes(passed=tests)
     result.stdout.fnmatch_lines([f"{tests} tests audited, {tests} without findings"])

@@ -4,7 +4,7 @@ Each test here is a class of code that a Mac runs and that the emulation once
 failed on real suites (kornia, accelerate, nanochat): the user's file is run
 under ``--mps-emulate`` and every test in it must pass, with the CPU's numbers
 where numbers are compared. The classes a Mac runs that the emulation still
-cannot are listed in README.md.
+cannot are listed in docs/emulation.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """README.md's usage examples, run as a user would: pytest on a file holding them.
 
+The README is the door (two screens at most); the manual is docs/, whose python
+examples test_docs.py runs. The commands of both pages are checked here.
+
 Its commands (install, main job, tests) are run by .ci/run and
 test_template_install.py, through .ci/readme_blocks.py; the benchmark table's
 command here; the torchrun line by test_template_ddp.py. Commands that need an
@@ -27,10 +30,31 @@ FIGURES = re.compile(
 )
 
 
+DOCS = REPO / "docs"
+
+
 def usage() -> str:
-    """The README up to its reference part: what a newcomer reads first."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    return text.split("\n## Reference\n")[0]
+    """The README: what a newcomer reads first; the manual is docs/."""
+    return (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_fits_two_screens_and_starts_with_usage() -> None:
+    text = usage()
+    assert len(text.splitlines()) <= 200
+    # after the title and the one-paragraph pitch, the first block is commands
+    first_block = re.search(r"^```(\w+)\n(.*?)^```", text, re.M | re.S)
+    assert first_block and first_block.group(1) == "bash"
+    assert text.index(first_block.group(0)) < text.index("\n## ")
+    commands = [line.split()[:2] for line in first_block.group(2).splitlines()]
+    assert all(c[0] == "pytest" and c[1].startswith("--mps") for c in commands)
+
+
+def test_every_docs_page_the_readme_links_is_in_the_docs_toctree() -> None:
+    linked = set(re.findall(r"\]\(docs/([\w-]+)\.md", usage()))
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    listed = set(re.search(r"```\{toctree\}\n(.*?)```", index, re.S).group(1).split())
+    assert linked and linked <= listed, linked - listed
+    assert all((DOCS / f"{name}.md").is_file() for name in linked)
 
 
 def test_the_first_screen_is_usage() -> None:
@@ -121,10 +145,8 @@ def test_the_mac_bug_example_passes_on_linux_and_fails_under_emulation(
 def test_the_emulation_reference_commands_run_as_written(
     pytester: pytest.Pytester,
 ) -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    reference = re.search(r"^## Emulated MPS.*?\n(.*?)(?=^## )", text, re.M | re.S)
-    assert reference, "README.md has no Emulated MPS section"
-    (block,) = re.findall(r"```bash\n(.*?)```", reference.group(1), re.S)
+    text = (DOCS / "emulation.md").read_text(encoding="utf-8")
+    block = re.findall(r"```bash\n(.*?)```", text, re.S)[0]
     commands = [line.split("#")[0].split() for line in block.splitlines()]
     assert [c[0] for c in commands] == ["pytest", "pytest", "pytest"]
     (example,) = re.findall(
@@ -171,9 +193,9 @@ def test_the_benchmark_table_command_makes_the_table_and_the_plots(
 ) -> None:
     """The reference's table command, as written, from a folder holding docs/."""
     pytest.importorskip("matplotlib", reason="--mps-benchmark-histogram draws with it")
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    shown = re.search(r"^### The table\n\n```\n\$ (.*?)\n```", text, re.M | re.S)
-    assert shown, "README.md has no table under '### The table'"
+    text = (DOCS / "timing.md").read_text(encoding="utf-8")
+    shown = re.search(r"^## The table\n\n```\n\$ (.*?)\n```", text, re.M | re.S)
+    assert shown, "docs/timing.md has no table under '## The table'"
     command, _, table = shown.group(1).replace("\\\n", " ").partition("\n")
     args = command.split()
     assert args[0] == "pytest"
@@ -209,7 +231,8 @@ def test_the_benchmark_table_command_makes_the_table_and_the_plots(
 
 
 def test_every_command_that_needs_a_mac_says_so() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    text = "".join(page.read_text(encoding="utf-8") for page in pages)
     blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
     mac_only = [
         line
