@@ -302,10 +302,11 @@ def test_every_bad_answer_is_reported_at_once(tmp_path: Path, bake: Bake) -> Non
     ], errors
 
 
-def dev_requirement(project: Path, name: str) -> Requirement:
+def extra_requirement(project: Path, name: str, extra: str = "pinned") -> Requirement:
+    """The requirement on `name` in the baked project's `extra`."""
     tomllib = pytest.importorskip("tomllib")
     meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
-    found = [Requirement(r) for r in meta["optional-dependencies"]["dev"]]
+    found = [Requirement(r) for r in meta["optional-dependencies"][extra]]
     return next(r for r in found if r.name == name)
 
 
@@ -313,8 +314,19 @@ def test_by_default_pytest_mps_comes_from_the_remote_and_commit_of_the_checkout(
     baked_from_the_clone: Path, published: Published
 ) -> None:
     url = f"git+{published.url}@{published.commit}"
-    required = dev_requirement(baked_from_the_clone, "pytest-mps")
+    required = extra_requirement(baked_from_the_clone, "pytest-mps")
     assert required.url == url
+    # dev names it without a source, so an installed pytest-mps is kept
+    # (test_template_install.py installs dev beside an editable clone)
+    kept = extra_requirement(baked_from_the_clone, "pytest-mps", "dev")
+    assert (kept.url, str(kept.specifier)) == (None, "")
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((baked_from_the_clone / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    # the same tools in both, but for where pytest-mps comes from
+    assert [r for r in extras["dev"] if r != "pytest-mps"] == [
+        r for r in extras["pinned"] if not r.startswith("pytest-mps @ ")
+    ]
     readme = (baked_from_the_clone / "README.md").read_text()
     assert f"`pytest-mps @ {url}`" in readme and "pip clones it" in readme
     workflow = (baked_from_the_clone / WORKFLOW).read_text()
@@ -345,7 +357,7 @@ def test_without_a_remote_the_bake_says_in_one_line_that_ci_needs_a_source(
         assert form in said[0]
     # The project works on this machine; no workflow that could not install.
     assert not (project / ".github").exists()
-    assert dev_requirement(project, "pytest-mps").url == checkout.as_uri()
+    assert extra_requirement(project, "pytest-mps").url == checkout.as_uri()
     assert (
         "which is why this project has no CI workflow"
         in (project / "README.md").read_text()
@@ -387,7 +399,7 @@ def test_a_remote_a_ci_machine_cannot_clone_gets_no_workflow_and_one_line(
         assert form in said[0]
     project = tmp_path / "out" / "tiny-gpt"
     assert not (project / ".github").exists()
-    assert dev_requirement(project, "pytest-mps").url == clone.as_uri()
+    assert extra_requirement(project, "pytest-mps").url == clone.as_uri()
 
 
 def test_a_template_outside_a_pytest_mps_checkout_is_refused_in_one_line(
@@ -543,8 +555,9 @@ def test_a_version_range_names_pytest_mps_on_the_package_index(
     tmp_path: Path, bake: Bake
 ) -> None:
     project = bake(tmp_path, pytest_mps_source=">=0.1,<0.2")
-    required = dev_requirement(project, "pytest-mps")
+    required = extra_requirement(project, "pytest-mps")
     assert str(required.specifier) == "<0.2,>=0.1" and required.url is None
+    assert extra_requirement(project, "pytest-mps", "dev") == required
     readme = (project / "README.md").read_text()
     assert "from the package index, as\n`pytest-mps>=0.1,<0.2`" in readme
     workflow = (project / WORKFLOW).read_text()
@@ -564,7 +577,7 @@ def test_a_relative_path_becomes_an_absolute_file_reference(
     (checkout / "pyproject.toml").write_text('[project]\nname = "pytest-mps"\n')
     monkeypatch.chdir(tmp_path / "src")  # a relative answer, typed here
     baked = bake(tmp_path / "out", pytest_mps_source="pytest-mps")
-    required = dev_requirement(baked, "pytest-mps")
+    required = extra_requirement(baked, "pytest-mps")
     assert required.url == checkout.as_uri()
     tomllib = pytest.importorskip("tomllib")
     hatch = tomllib.loads((baked / "pyproject.toml").read_text())["tool"]["hatch"]
@@ -587,13 +600,13 @@ def test_a_wheel_becomes_a_file_reference(tmp_path: Path, bake: Bake) -> None:
     wheel = tmp_path / "pytest_mps-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")  # only its name and existence are checked here
     baked = bake(tmp_path / "out", pytest_mps_source=str(wheel))
-    assert dev_requirement(baked, "pytest-mps").url == wheel.as_uri()
+    assert extra_requirement(baked, "pytest-mps").url == wheel.as_uri()
 
 
 def test_a_vcs_url_is_required_as_given(tmp_path: Path, bake: Bake) -> None:
     url = "git+https://example.org/team/pytest-mps.git@v0.1.0"
     baked = bake(tmp_path, pytest_mps_source=url)
-    assert dev_requirement(baked, "pytest-mps").url == url
+    assert extra_requirement(baked, "pytest-mps").url == url
     assert f"`pytest-mps @ {url}`" in (baked / "README.md").read_text()
     assert f"pytest-mps @ {url}" in (baked / WORKFLOW).read_text()
 

@@ -1,7 +1,7 @@
 """A baked project installed as on a fresh CI machine, then run: its tests, READMEs.
 
 The project is baked with every default answer from a clone of this checkout
-whose `origin` is a github.com URL (conftest's `published`), so its `dev` extra
+whose `origin` is a github.com URL (conftest's `published`), so its `pinned` extra
 names pytest-mps as `git+https://github.com/...@<commit>`; the workflow's own
 install command then installs it with no package index: pip clones that URL,
 which git's ``insteadOf`` (`Published.git_env`) fetches from a local repository.
@@ -48,7 +48,7 @@ WORKFLOW = ".github/workflows/ci.yml"
 WORKFLOW_INSTALL = [
     "python -m pip install --upgrade pip",
     "pip install torch --index-url https://download.pytorch.org/whl/cpu",
-    'pip install -e ".[dev]"',
+    'pip install -e ".[pinned]"',
 ]
 
 
@@ -375,7 +375,7 @@ def test_a_path_or_range_answer_installs_pytest_mps_from_there(
     report = pip_install(
         python,
         wheelhouse if answer == "range" else empty,
-        *("--dry-run", "--quiet", "--report", "-", ".[dev]"),
+        *("--dry-run", "--quiet", "--report", "-", ".[pinned]"),
         cwd=project,
     )
     chosen = {
@@ -405,3 +405,52 @@ def test_the_generated_projects_own_tests_have_no_findings_under_audit_error(
     ]
     assert found == []
     assert re.search(r"^(\d+) tests audited, \1 without findings", output, re.M)
+
+
+def test_the_dev_extra_keeps_an_editable_pytest_mps_that_pinned_would_replace(
+    tmp_path: Path,
+    baked_from_the_clone: Path,
+    published: Published,
+    site_dirs: list[str],
+) -> None:
+    """The README's way: bake in the venv holding the clone, editable; install dev."""
+    needs_hatchling()
+    project = baked_from_the_clone
+    python = throwaway_environment(tmp_path, site_dirs, {"pytest-mps", project.name})
+    clone = copy_of_this_checkout(tmp_path / "pytest-mps", template=False)
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    pip_install(python, empty, "--no-deps", "-e", clone, cwd=tmp_path)
+    script = (
+        "import importlib.metadata as m, importlib.util as u;"
+        " print(u.find_spec('pytest_mps').origin);"
+        " print(m.distribution('pytest-mps').read_text('direct_url.json'))"
+    )
+
+    def pytest_mps_in_place() -> None:
+        where, origin = run(
+            [python, "-c", script], cwd=tmp_path, env=quiet_env(tmp_path / "tmp")
+        ).splitlines()
+        assert Path(where).is_relative_to(clone), where
+        direct = json.loads(origin)
+        assert direct == {"url": clone.as_uri(), "dir_info": {"editable": True}}
+
+    pytest_mps_in_place()
+    said = pip_install(python, empty, "-e", ".[dev]", cwd=project)
+    assert "Requirement already satisfied: pytest-mps in" in said, said
+    installs = [ln for ln in said.splitlines() if ln.startswith("Successfully inst")]
+    assert installs == [f"Successfully installed {project.name}-0.1.0"], said
+    pytest_mps_in_place()
+    # what `pinned` would do: pytest-mps from the commit the project was baked from
+    report = run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-index",
+         "--no-build-isolation", "--dry-run", "--quiet", "--report", "-",
+         "-e", ".[pinned]"],
+        cwd=project,
+        env=quiet_env(tmp_path / "tmp") | published.git_env(),
+    )  # fmt: skip
+    chosen = {
+        item["metadata"]["name"]: item["download_info"]["url"]
+        for item in json.loads(report)["install"]
+    }
+    assert chosen["pytest-mps"] == published.url
