@@ -403,7 +403,7 @@ def ab_mode(
 
 def rescore(folder: Path) -> None:
     """The kept sessions' verdicts had they run only their first k pairs."""
-    from pytest_mps.benchmark import ab
+    from pytest_mps.benchmark import ab, pairs
 
     sessions = [json.loads(p.read_text()) for p in sorted(folder.glob("ab*.json"))]
     if not sessions:
@@ -412,19 +412,19 @@ def rescore(folder: Path) -> None:
         len(b["pair_ratios"]) for s in sessions for b in s["benchmarks"].values()
     )
     print(f"{len(sessions)} sessions, {most} pairs each, scored again at {GATE}")
-    for pairs in range(ab.MIN_PROCESSES, most + 1):
+    for first in range(ab.MIN_PROCESSES, most + 1):
         counts = {"same": [0, 0], "slowed": [0, 0]}
         for session in sessions:
             for name, found in session["benchmarks"].items():
-                ratios = found["pair_ratios"][:pairs]
-                slower = ab.compare(ratios, float(session["floor"]))[4]
+                ratios = found["pair_ratios"][:first]
+                slower = pairs.compare(ratios, float(session["floor"]))[4]
                 kind = "same" if "same" in name else "slowed"
                 counts[kind][0] += slower
                 counts[kind][1] += 1
         (alarms, same), (caught, slowed) = counts["same"], counts["slowed"]
         low, high = wilson(caught, slowed)
         print(
-            f"{pairs} pairs: false alarms {alarms} of {same}; power for 10% "
+            f"{first} pairs: false alarms {alarms} of {same}; power for 10% "
             f"{caught} of {slowed} ({caught / slowed:.0%}, 95% CI {low:.0%} "
             f"to {high:.0%})"
         )

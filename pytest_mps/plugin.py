@@ -1,8 +1,8 @@
 """The pytest11 entry point: wires the concern modules together, holds no logic.
 
 Only light hook modules load at start-up; each family's front door registers
-its heavier parts when a run or a test asks for them (see docs/contributing.md, "How it is
-built").
+its heavier parts when a run or a test asks for them (see docs/contributing.md,
+"How it is built").
 
 The modules are registered here rather than listed in ``pytest_plugins``:
 pytest resolves every ``pytest_plugins`` entry by scanning the entry points of

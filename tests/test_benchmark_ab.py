@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pytest_mps.benchmark import ab, baton
+from pytest_mps.benchmark import ab, baton, pairs
 
 pytest_plugins = ["pytester"]
 
@@ -182,26 +182,26 @@ def test_a_worker_has_no_turn_outside_the_gate() -> None:
 
 def test_same_ratios_are_same_and_a_clear_shift_is_slower() -> None:
     around_one = [1.00, 1.02, 0.99, 1.01, 0.995]
-    ratio, low, high, p, slower, faster = ab.compare(around_one, 0.05)
+    ratio, low, high, p, slower, faster = pairs.compare(around_one, 0.05)
     assert not slower and not faster and p > 0.05
     assert low <= ratio <= high
     shifted = [v * 1.2 for v in around_one]
-    ratio, low, high, p, slower, faster = ab.compare(shifted, 0.05)
+    ratio, low, high, p, slower, faster = pairs.compare(shifted, 0.05)
     assert slower and not faster and p == 1 / 32
     assert low <= ratio <= high and low > 1
     # every pair slower, but under the floor: not a regression
     small = [v * 1.03 + 0.02 for v in around_one]
-    assert not ab.compare(small, 0.05)[4]
+    assert not pairs.compare(small, 0.05)[4]
     # faster on every pair: improved, never slower
-    assert ab.compare([1 / v for v in shifted], 0.05)[5]
+    assert pairs.compare([1 / v for v in shifted], 0.05)[5]
 
 
 def test_signed_rank_p_values_are_wilcoxons() -> None:
     # five pairs all above: 1/32; one of five below with the smallest size:
     # rank sum 14 of 15, reached by 2 of the 32 sign patterns
-    assert ab.signed_rank([0.1, 0.2, 0.3, 0.4, 0.5]) == (1 / 32, 1.0)
-    assert ab.signed_rank([-0.1, 0.2, 0.3, 0.4, 0.5])[0] == 2 / 32
-    above, below = ab.signed_rank([0.1, -0.2, 0.3, -0.4, 0.5])
+    assert pairs.signed_rank([0.1, 0.2, 0.3, 0.4, 0.5]) == (1 / 32, 1.0)
+    assert pairs.signed_rank([-0.1, 0.2, 0.3, 0.4, 0.5])[0] == 2 / 32
+    above, below = pairs.signed_rank([0.1, -0.2, 0.3, -0.4, 0.5])
     assert above + below >= 1 and 0.2 < above < 0.8
 
 
@@ -209,7 +209,7 @@ def test_pairs_are_matched_by_index_and_block_by_block() -> None:
     base = {0: [1.0, 2.0, 1.0], 1: [1.0, 1.0, 1.0], 3: [1.0]}
     here = {0: [1.1, 2.2, 1.1], 1: [2.0, 2.0, 2.0], 2: [5.0]}
     # block by block, the host's slow block (2.0) is matched with its partner
-    assert ab.pair_ratios(base, here) == pytest.approx([1.1, 2.0])
+    assert pairs.pair_ratios(base, here) == pytest.approx([1.1, 2.0])
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
