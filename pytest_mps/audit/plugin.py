@@ -315,7 +315,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         result = yield
     if item.config.stash[settings_key].level != "error":
         return result
-    from pytest_mps.audit.recorder import is_problem
+    from pytest_mps.audit.problems import is_problem
 
     problems = [r for r in recorder.results(allowed_ops(item)) if is_problem(r)]
     if problems:

@@ -8,7 +8,6 @@ checks so both features judge alike.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
@@ -16,6 +15,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pytest_mps import ops as mps_ops
+from pytest_mps.audit import calls, problems
 
 if TYPE_CHECKING:
     from pytest_mps.audit.ignores import Ignore
@@ -49,48 +49,6 @@ def _unsupported_dtypes(macos: tuple[int, int]) -> dict[Any, str]:
 
 
 _ROW_OUTCOMES = (mps_ops.FALLBACK, mps_ops.FORCED_FALLBACK, mps_ops.UNKNOWN)
-
-
-@lru_cache(maxsize=1)
-def _calls_mode_class() -> type[Any]:
-    """The ``TorchFunctionMode`` behind :meth:`Recorder.calls` (torch is lazy)."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    from pytest_mps.watch.attribution import plugin_running
-
-    is_compiling = torch.compiler.is_compiling
-
-    class CallsMode(TorchFunctionMode):
-        def __init__(self, recorder: Recorder) -> None:
-            super().__init__()
-            self.recorder = recorder
-
-        def __torch_function__(
-            self,
-            func: Any,
-            types: Any,
-            args: tuple[Any, ...] = (),
-            kwargs: Mapping[str, Any] | None = None,
-        ) -> Any:
-            __tracebackhide__ = True
-            kwargs = kwargs or {}
-            recorder = self.recorder
-            if is_compiling() or recorder.call is not None or plugin_running[0]:
-                return func(*args, **kwargs)
-            recorder.on_call(func, args, kwargs)
-            recorder.call = (func, args, kwargs)
-            try:
-                result = func(*args, **kwargs)
-            except BaseException:
-                recorder.settle_wide(None)
-                raise
-            finally:
-                recorder.call = None
-            recorder.settle_wide((args, kwargs, result))
-            return result
-
-    return CallsMode
 
 
 class Recorder:
@@ -171,7 +129,7 @@ class Recorder:
         each torch call once, before it decomposes (calls made inside it are
         not seen again), so the rules know which call an op came from.
         """
-        mode: contextlib.AbstractContextManager[Any] = _calls_mode_class()(self)
+        mode: contextlib.AbstractContextManager[Any] = calls.calls_mode_class()(self)
         return mode
 
     def on_call(
@@ -252,7 +210,7 @@ class Recorder:
 
     def _expected_sync(self, op: str) -> bool:
         """True for a read-back by design: optimizer counters, listed functions."""
-        if _optimizer_counter(op):
+        if calls.optimizer_counter(op):
             return True
         if not self.expected_syncs:
             return False
@@ -331,7 +289,7 @@ class Recorder:
         op = prediction.op
         if self.ops is not None:
             self.ops.add(op)
-        if self.device_only and not _on_device(args, kwargs, self.tensor):
+        if self.device_only and not calls.on_device(args, kwargs, self.tensor):
             self._watch_host_op(func, op, args, kwargs)
             return
         rule = self.rules.get(op)
@@ -408,73 +366,4 @@ class Recorder:
                 row["name"], allowed
             )
             rows.append({**row, "allowed": allow})
-        return sorted(rows, key=sort_key)
-
-
-_TORCH = f"{os.sep}torch{os.sep}"
-_OPTIM = f"{_TORCH}optim{os.sep}"
-_OURS = f"{os.sep}pytest_mps{os.sep}"
-
-
-def _on_device(args: tuple[Any, ...], kwargs: Mapping[str, Any], tensor: Any) -> bool:
-    """True when an op works on the device: a tensor off the CPU, no host target.
-
-    Under ``--mps-emulate`` the device's tensors say mps and the host's cpu; a
-    copy to the host (``device="cpu"``) makes host tensors, whatever it reads.
-    """
-    target = kwargs.get("device")
-    if target is not None and str(target).startswith("cpu"):
-        return False
-    from pytest_mps.watch.device_mix import is_cpu
-
-    values: list[Any] = [*args, *kwargs.values()]
-    for value in values:
-        if isinstance(value, tensor):
-            if not is_cpu(value):
-                return True
-        elif isinstance(value, (list, tuple)):
-            if any(isinstance(v, tensor) and not is_cpu(v) for v in value):
-                return True
-    return False
-
-
-def _optimizer_counter(op: str) -> bool:
-    """True when torch.optim reads back a ``step`` counter (``_get_value``).
-
-    Non-fused, non-capturable optimizers keep ``step`` on the CPU on every
-    device (torch/optim/optimizer.py), so the read is a host read on MPS too,
-    not a GPU sync; a CPU run cannot tell it from ``loss.item()`` otherwise.
-    """
-    if op != "aten::_local_scalar_dense":
-        return False
-    frame: Any = sys._getframe(1)
-    # up through pytest-mps's watch mode and torch's dispatch frames to the
-    # first frame of torch.optim, or to the user's code
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if _OPTIM in name:
-            return True
-        if _TORCH not in name and _OURS not in name:
-            return False
-        frame = frame.f_back
-    return False
-
-
-#: Kinds of finding that fail ``--mps-audit=error`` whatever their outcome.
-FAILING_KINDS = ("dtype", "host-sync", "mixed-devices")
-
-
-def is_problem(row: Mapping[str, Any]) -> bool:
-    """True for a finding in the code under test that would break or stall on MPS.
-
-    Findings allowed (``mps_allow_fallback``), ignored (``mps_audit_ignore``)
-    or made by the test's own checks (asserts, ``torch.testing``) are not.
-    """
-    if row.get("allowed") or row.get("ignored") or row.get("side") == "test":
-        return False
-    return row["kind"] in FAILING_KINDS or row["outcome"] in mps_ops.PROBLEMS
-
-
-def sort_key(row: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
-    """Problems first, then the rest of the code's findings, then the test's."""
-    return (not is_problem(row), row.get("side") == "test", row["kind"], row["name"])
+        return sorted(rows, key=problems.sort_key)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_mps import ops as mps_ops
-from pytest_mps.audit.recorder import is_problem
+from pytest_mps.audit.problems import is_problem
 from pytest_mps.watch.locations import relative_location
 
 PROPERTY = "pytest_mps_audit"

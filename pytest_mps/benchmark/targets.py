@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_mps import devices as session_devices
-from pytest_mps.benchmark.fixture import MpsBenchmark, release_memory
+from pytest_mps.benchmark.fixture import MpsBenchmark
 from pytest_mps.benchmark.keys import (
     BenchmarkMark,
     fixture_key,
@@ -22,6 +22,7 @@ from pytest_mps.benchmark.keys import (
     original_devices_key,
 )
 from pytest_mps.benchmark.lock import lock_path
+from pytest_mps.benchmark.probe import release_memory
 
 
 def _argument_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:

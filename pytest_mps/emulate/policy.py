@@ -38,61 +38,12 @@ from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-def
 
 from pytest_mps import ops as mps_ops
 from pytest_mps.audit import rules as audit_rules
+from pytest_mps.emulate import messages
 from pytest_mps.watch.device_mix import written_positions
 
 MPS = torch.device("mps", 0)
 CPU = torch.device("cpu")
 
-# aten/src/ATen/mps/MPSFallback.mm, mps_error_fallback (TORCH_CHECK_NOT_IMPLEMENTED).
-NOT_IMPLEMENTED = (
-    "The operator '{op}' is not currently implemented for the MPS device. If you "
-    "want this op to be considered for addition please comment on "
-    "https://github.com/pytorch/pytorch/issues/141287 and mention use-case, that "
-    "resulted in missing op as well as commit hash {sha}. As a temporary fix, you "
-    "can set the environment variable `PYTORCH_ENABLE_MPS_FALLBACK=1` to use the "
-    "CPU as a fallback for this op. WARNING: this will be slower than running "
-    "natively on MPS."
-)
-# MPSFallback.mm, mps_fallback (TORCH_WARN_ONCE). A Mac's warning also ends in
-# " (Triggered internally at <build path>/MPSFallback.mm:<line>.)", which is
-# the build's and not reproduced.
-FALLBACK_WARNING = (
-    "The operator '{op}' is not currently supported on the MPS backend and will "
-    "fall back to run on the CPU. This may have performance implications."
-)
-# aten/src/ATen/TensorIterator.cpp, TensorIteratorBase::compute_types.
-TWO_DEVICES = (
-    "Expected all tensors to be on the same device, but found at least two "
-    "devices, {first} and {second}!"
-)
-# aten/src/ATen/TensorUtils.cpp checkSameGPU, as checkAllSameGPU calls it from
-# native/mps/operations/LinearAlgebra.mm: mm_out_mps_impl checks ("mm", out #0,
-# mat1 #1, mat2 #2), addmm_out_mps_impl (its __func__; out #0, self #1, mat1 #2,
-# mat2 #3). matmul reaches mm; bmm and baddbmm check nothing of the kind and
-# meet the Placeholder's text; F.linear has a kernel of its own (audit.rules).
-SAME_GPU = {
-    "mm": ("mm", ("mat1", "mat2")),
-    "addmm": ("addmm_out_mps_impl", ("self", "mat1", "mat2")),
-}
-# aten/src/ATen/native/mps/OperationUtils.mm, Placeholder::Placeholder.
-PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"
-# No text of PyTorch's: on a Mac the process crashes or the kernel reads a
-# wrong buffer (see pytest_mps.watch.device_mix.BUFFER_KERNELS).
-BUFFER_SCALAR = (
-    "MPS (emulated by pytest-mps): {op} binds its tensor inputs as Metal "
-    "buffers, and the 0-dim CPU tensor {argument} cannot be one: on a Mac this "
-    "crashes or reads a wrong buffer instead of raising [{source}]. Move it to "
-    "the device ({argument}.to(device)) or pass a Python number."
-)
-# aten/src/ATen/mps/EmptyTensor.cpp, empty_mps (TORCH_CHECK_TYPE).
-BFLOAT16_MACOS = "MPS BFloat16 is only supported on MacOS 14 or newer"
-# torch/csrc/utils/tensor_numpy.cpp, tensor_to_numpy (TypeError).
-TO_NUMPY = (
-    "can't convert mps:0 device type tensor to numpy. Use Tensor.cpu() to copy "
-    "the tensor to host memory first."
-)
-# aten/src/ATen/core/Generator.h, check_generator.
-GENERATOR = "Expected a '{want}' device type for generator but found '{found}'"
 
 #: PyTorch's variable, read once when torch loads (MPSFallback.mm: a static).
 VARIABLE = "PYTORCH_ENABLE_MPS_FALLBACK"
@@ -243,7 +194,9 @@ class Policy:
             self.warn_fallback(op)
         elif outcome == mps_ops.FALLBACK:
             if not self.fallback:
-                raise NotImplementedError(NOT_IMPLEMENTED.format(op=op, sha=self.sha))
+                raise NotImplementedError(
+                    messages.NOT_IMPLEMENTED.format(op=op, sha=self.sha)
+                )
             self.warn_fallback(op)
 
     def warn_fallback(self, op: str) -> None:
@@ -255,7 +208,9 @@ class Policy:
         if self.warned and not torch.is_warn_always_enabled():
             return
         self.warned = True
-        warnings.warn(FALLBACK_WARNING.format(op=op), UserWarning, stacklevel=2)
+        warnings.warn(
+            messages.FALLBACK_WARNING.format(op=op), UserWarning, stacklevel=2
+        )
 
     # -- placement ------------------------------------------------------------------
 
@@ -305,7 +260,7 @@ class Policy:
         if not bad:
             return
         name = func.name().removeprefix("aten::").removesuffix(".default")
-        same_gpu = SAME_GPU.get(name.removesuffix(".out"))
+        same_gpu = messages.SAME_GPU.get(name.removesuffix(".out"))
         if same_gpu is not None:
             raise RuntimeError(_not_on_gpu(same_gpu, args, kwargs, call, is_emulated))
         if name in self.table.iterators:
@@ -316,8 +271,10 @@ class Policy:
             first = ordered[0]
             second = next((d for d in ordered if d != first), None)
             if second is not None:
-                raise RuntimeError(TWO_DEVICES.format(first=first, second=second))
-        raise RuntimeError(PLACEHOLDER)
+                raise RuntimeError(
+                    messages.TWO_DEVICES.format(first=first, second=second)
+                )
+        raise RuntimeError(messages.PLACEHOLDER)
 
     def _check_buffer_scalars(
         self,
@@ -345,7 +302,7 @@ class Policy:
             ):
                 op = f"{schema.name}.{schema.overload_name or 'default'}"
                 raise RuntimeError(
-                    BUFFER_SCALAR.format(op=op, argument=name, source=source)
+                    messages.BUFFER_SCALAR.format(op=op, argument=name, source=source)
                 )
 
     # -- dtypes and generators ----------------------------------------------------
@@ -362,7 +319,7 @@ class Policy:
             return
         found = generator.device.type
         if found != device.type:
-            raise RuntimeError(GENERATOR.format(want=device.type, found=found))
+            raise RuntimeError(messages.GENERATOR.format(want=device.type, found=found))
 
 
 #: The op table's outcomes check_op acts on; every other one runs as it is.
@@ -395,20 +352,7 @@ def _not_on_gpu(
             and _placement_of(value, False, call) == CPU
         )
         on_cpu.append((f"argument #{position + 1} '{name}'", cpu))
-    first, first_cpu = on_cpu[0]
-    for other, other_cpu in on_cpu[1:]:
-        if first_cpu or other_cpu:
-            text = "".join(
-                f"Tensor for {label} is on CPU, "
-                for label, cpu in ((first, first_cpu), (other, other_cpu))
-                if cpu
-            )
-            them = "them" if not first_cpu and not other_cpu else "it"
-            return (
-                f"{text}but expected {them} to be on GPU (while checking arguments "
-                f"for {where})"
-            )
-    return PLACEHOLDER
+    return messages.same_gpu(where, on_cpu)
 
 
 def _placement_of(
@@ -480,7 +424,7 @@ def _bad_dtypes(macos: tuple[int, int]) -> dict[torch.dtype, str]:
         if message is not None:
             found[value] = message
     if macos < (14, 0):
-        found[torch.bfloat16] = BFLOAT16_MACOS
+        found[torch.bfloat16] = messages.BFLOAT16_MACOS
         for name, message in audit_rules.MACOS_14_DTYPES.items():
             dtype = getattr(torch, name.removeprefix("torch."))
             found.setdefault(dtype, message)

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from pytest_mps.emulate import patching, tags
-from pytest_mps.emulate.tagged import tag_outputs
 
 Tensor = torch.Tensor
 
@@ -55,7 +54,7 @@ def _tagging_call(call: Callable[..., Any]) -> Callable[..., Any]:
     def tagging(*args: Any, **kwargs: Any) -> Any:
         out = call(*args, **kwargs)
         if _any_tagged(args, kwargs):
-            tag_outputs(out, (), frozenset())
+            tags.tag_outputs(out, (), frozenset())
         return out
 
     return tagging

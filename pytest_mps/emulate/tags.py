@@ -21,7 +21,7 @@ before each op.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -83,3 +83,22 @@ def storages() -> Iterator[Any]:
 def allocated_bytes() -> int:
     """Bytes held by the tagged storages alive now."""
     return sum(storage.nbytes() for storage in storages())
+
+
+def tag_outputs(out: Any, hosts: Sequence[torch.Tensor], skip: frozenset[int]) -> None:
+    """Tag each tensor ``out`` holds unless it is a host input or kept on the host."""
+    if isinstance(out, torch.Tensor):
+        if not hosts or all(out is not h for h in hosts):
+            tag(out)
+        return
+    if type(out) is tuple or type(out) is list or isinstance(out, tuple):
+        for index, item in enumerate(out):
+            if index in skip:
+                continue
+            if isinstance(item, torch.Tensor):
+                if not hosts or all(item is not h for h in hosts):
+                    tag(item)
+            elif type(item) is tuple or type(item) is list:
+                for inner in item:
+                    if isinstance(inner, torch.Tensor):
+                        tag(inner)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from pytest_mps.audit import kernels
-from pytest_mps.emulate import lazy, memory, policy
+from pytest_mps.emulate import lazy, memory, messages, policy
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.watch.device_mix import written_positions
 
@@ -535,7 +535,7 @@ def numpy(tensor: Any, force: bool) -> Any:
     __tracebackhide__ = True
     if force:
         return to_host(tensor.detach(), None).numpy()
-    raise TypeError(policy.TO_NUMPY)
+    raise TypeError(messages.TO_NUMPY)
 
 
 def _parse_to(

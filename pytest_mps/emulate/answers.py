@@ -1,0 +1,235 @@
+"""What a tagged tensor's properties and methods answer under the tags design.
+
+:class:`TensorAnswers` holds :class:`~.tagged.TagMode`'s answers to the calls
+it takes over by identity (its ``special`` table): ``.device`` and
+``torch.device(0)`` say mps, ``.to``/``.cpu`` move between the device and the
+host, ``.numpy()`` of a device tensor raises as on a Mac, ``.grad`` and
+``backward`` keep gradients on the device, and the dtype checks a Mac's
+allocator makes. TagMode takes them as a base class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from pytest_mps.emulate import lazy, messages, op_rules, tags
+from pytest_mps.emulate.policy import CPU, MPS
+
+Tensor = torch.Tensor
+
+
+class TensorAnswers:
+    """The answers of :class:`~.tagged.TagMode` for tagged tensors (a base class)."""
+
+    #: dtype -> PyTorch's refusal on the emulated Mac (``Policy.bad_dtypes``).
+    bad_dtypes: dict[torch.dtype, str]
+
+    def _check_dtype(self, out: Any) -> None:
+        __tracebackhide__ = True
+        if isinstance(out, Tensor):
+            message = self.bad_dtypes.get(out.dtype)
+            if message is not None:
+                raise TypeError(message)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                if isinstance(item, Tensor):
+                    message = self.bad_dtypes.get(item.dtype)
+                    if message is not None:
+                        raise TypeError(message)
+
+    def _check_new_dtype(self, dtype: torch.dtype | None) -> None:
+        __tracebackhide__ = True
+        if dtype is not None:
+            message = self.bad_dtypes.get(dtype)
+            if message is not None:
+                raise TypeError(message)
+
+    def _pass(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return func(*args, **kwargs)
+
+    def _device(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        value = args[0]
+        if lazy.is_lazy(value):
+            return MPS if lazy.on_device(value) else func(*args, **kwargs)
+        if tags.tagged(value):
+            return MPS
+        return func(*args, **kwargs)
+
+    def _device_of(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        # torch.device(0) names the current accelerator: mps:0 on a Mac (a
+        # Linux CPU build has none and raises); accelerate's device_map={"": 0}
+        if len(args) == 1 and not kwargs and type(args[0]) is int:
+            return func("mps", args[0])
+        return func(*args, **kwargs)
+
+    def _is_mps_get(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        return tags.tagged(args[0]) or func(*args, **kwargs)
+
+    def _is_cpu(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return not tags.tagged(args[0]) and func(*args, **kwargs)
+
+    def _get_device(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        return 0 if tags.tagged(args[0]) else func(*args, **kwargs)
+
+    def _type(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """``t.type()``: ``torch.mps.FloatTensor`` for a device tensor."""
+        __tracebackhide__ = True
+        base = args[0]
+        wanted = args[1] if len(args) > 1 else kwargs.get("dtype")
+        if wanted is None:
+            name: str = func(base)
+            if tags.tagged(base):
+                return "torch.mps." + name.removeprefix("torch.")
+            return name
+        if isinstance(wanted, str) and wanted.startswith("torch.mps."):
+            host_type = "torch." + wanted.removeprefix("torch.mps.")
+            dtype = torch.empty(0).type(host_type).dtype
+            return self._to(Tensor.to, (base, MPS, dtype), {})
+        out = func(*args, **kwargs)
+        if tags.tagged(base) and out.device.type == "cpu" and out is not base:
+            # t.type(torch.float16) stays on the device
+            self._check_dtype(out)
+            tags.tag(out)
+        return out
+
+    def _to(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """``Tensor.to`` in every form, the device read from the tags."""
+        __tracebackhide__ = True
+        source: Tensor = args[0]
+        copy = bool(kwargs.get("copy", False))
+        rest = {k: v for k, v in kwargs.items() if k != "copy"}
+        first = args[1] if len(args) > 1 else rest.get("other")
+        if isinstance(first, Tensor):
+            device: torch.device | None = MPS if tags.tagged(first) else first.device
+            dtype: torch.dtype | None = first.dtype
+            non_blocking = bool(rest.get("non_blocking", False))
+            memory_format = None
+        else:
+            device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
+                *args[1:], **rest
+            )
+        if lazy.is_lazy(source):
+            return lazy.move(source, device or source.device, dtype)
+        on_device = tags.tagged(source)
+        to_device = device.type == "mps" if device is not None else on_device
+        if to_device:
+            self._check_new_dtype(dtype if dtype is not None else source.dtype)
+            host = source
+            if source.device.type != "cpu":
+                host = source.to("cpu")  # meta raises PyTorch's own error
+            out = Tensor.to(
+                host,
+                dtype=dtype,
+                non_blocking=non_blocking,
+                copy=copy or not on_device,
+                memory_format=memory_format or torch.preserve_format,
+            )
+            tags.tag(out)
+            return out
+        if on_device and device is not None and device.type == "cpu":
+            return Tensor.to(
+                source,
+                device=CPU,
+                dtype=dtype,
+                non_blocking=non_blocking,
+                copy=True,
+                memory_format=memory_format or torch.preserve_format,
+            )
+        return func(*args, **kwargs)
+
+    def _cpu(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if tags.tagged(args[0]):
+            return Tensor.to(
+                args[0],
+                device=CPU,
+                copy=True,
+                memory_format=kwargs.get("memory_format") or torch.preserve_format,
+            )
+        return func(*args, **kwargs)
+
+    def _numpy(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if tags.tagged(args[0]):
+            if not kwargs.get("force", False):
+                raise TypeError(messages.TO_NUMPY)
+            return Tensor.numpy(args[0].detach().clone())
+        return func(*args, **kwargs)
+
+    def _array(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if tags.tagged(args[0]):
+            raise TypeError(messages.TO_NUMPY)
+        return func(*args, **kwargs)
+
+    def _repr(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """Printed as PyTorch prints an MPS tensor (``device='mps:0'``)."""
+        if tags.tagged(args[0]):
+            # with the mode pushed again, _str reads the device as mps
+            mode: Any = self  # a TagMode, which this class is a base of
+            with mode:
+                text: str = torch._tensor_str._str(args[0], **kwargs)  # type: ignore[no-untyped-call]
+            return text
+        return func(*args, **kwargs)
+
+    def _grad_get(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``p.grad``: autograd made it on the CPU; it is on the device of ``p``."""
+        grad = func(*args, **kwargs)
+        if grad is not None and tags.tagged(args[0]):
+            tags.tag(grad)
+        return grad
+
+    def _grad_set(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        __tracebackhide__ = True
+        target, value = args[0], args[1]
+        if isinstance(value, Tensor) and tags.tagged(target) != tags.tagged(value):
+            found = "mps" if tags.tagged(value) else value.device.type
+            wanted = "mps" if tags.tagged(target) else target.device.type
+            raise RuntimeError(
+                f"attempting to assign a gradient with device type '{found}' to a "
+                f"tensor with device type '{wanted}'. Please ensure that the "
+                "gradient and the tensor are on the same device"
+            )
+        return func(*args, **kwargs)
+
+    def _backward(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``y.backward(gradient)``: the engine's device check, rules in backward."""
+        __tracebackhide__ = True
+        base = args[0]
+        if not tags.tagged(base):
+            return func(*args, **kwargs)
+        gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
+        if isinstance(gradient, Tensor) and not tags.tagged(gradient):
+            if gradient.dim() != 0:
+                raise RuntimeError(
+                    f"invalid gradient at index 0 - expected device {MPS} but got "
+                    f"{gradient.device}"
+                )
+        with op_rules.INSIDE:
+            return func(*args, **kwargs)
+
+    def _autograd(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``torch.autograd.backward``/``grad``: the rules hold in backward."""
+        __tracebackhide__ = True
+        with op_rules.INSIDE:
+            out = func(*args, **kwargs)
+        if func is torch.autograd.grad:
+            tags.tag_outputs(out, (), frozenset())
+        return out

@@ -1,0 +1,203 @@
+"""What a Mac's torch answers about its device, as the emulation answers it.
+
+:class:`Runtime` holds the emulated ``torch._C._mps_*`` functions behind
+``torch.mps`` and ``torch.backends.mps`` (availability, the macOS check,
+memory, events); ``accelerator_functions`` answers ``torch.accelerator`` with
+mps; ``mps_stream_functions`` and :class:`EmulatedStream` give the device's one
+stream. :mod:`.install` puts them into torch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pytest_mps.emulate import memory, tensor
+
+#: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
+NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
+
+
+class Runtime:
+    """The emulated ``torch._C._mps_*`` functions: device, memory, events."""
+
+    def __init__(
+        self, macos: tuple[int, int], budget: memory.Budget | None = None
+    ) -> None:
+        self.macos = macos
+        self.budget = budget
+        self.events: dict[int, float | None] = {}
+        self.next_event = 1
+        self.fraction = 1.0
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """``torch._C`` attribute name -> its emulation."""
+        return {
+            "_mps_is_available": lambda: True,
+            "_mps_is_on_macos_or_newer": self.is_on_macos_or_newer,
+            "_mps_is_in_bad_fork": lambda: False,
+            "_mps_get_default_generator": lambda: tensor.default_generator,
+            "_mps_deviceSynchronize": lambda: None,
+            "_mps_emptyCache": lambda: None,
+            "_mps_setMemoryFraction": self.set_memory_fraction,
+            "_mps_currentAllocatedMemory": allocated_bytes,
+            "_mps_driverAllocatedMemory": allocated_bytes,
+            "_mps_recommendedMaxMemory": self.recommended_max_memory,
+            "_mps_acquireEvent": self.acquire_event,
+            "_mps_releaseEvent": self.release_event,
+            "_mps_recordEvent": self.record_event,
+            "_mps_waitForEvent": lambda event: None,
+            "_mps_queryEvent": lambda event: True,
+            "_mps_synchronizeEvent": lambda event: None,
+            "_mps_elapsedTimeOfEvents": self.elapsed_time,
+            "_mps_get_name": lambda: NAME,
+            "_mps_get_core_count": lambda: 0,
+        }
+
+    def is_on_macos_or_newer(self, major: int, minor: int) -> bool:
+        """Against the emulated macOS (``--mps-emulate-macos``; default newest)."""
+        return (major, minor) <= self.macos
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """The limit's ratio, as PyTorch's allocator takes it (with a memory size)."""
+        if self.budget is not None:
+            self.budget.set_fraction(float(fraction))
+        self.fraction = float(fraction)
+
+    def recommended_max_memory(self) -> int:
+        """The emulated Mac's working set, or the host's memory without a size."""
+        if self.budget is not None:
+            return self.budget.recommended
+        return host_memory()
+
+    def acquire_event(self, enable_timing: bool) -> int:
+        """A new event id; its time is the host clock when it is recorded."""
+        event = self.next_event
+        self.next_event += 1
+        self.events[event] = None
+        return event
+
+    def release_event(self, event: int) -> None:
+        """Forget an event (``torch.mps.Event.__del__``)."""
+        self.events.pop(event, None)
+
+    def record_event(self, event: int) -> None:
+        """Every queued op has already run: recording reads the clock."""
+        self.events[event] = time.perf_counter()
+
+    def elapsed_time(self, start: int, end: int) -> float:
+        """Milliseconds between two recorded events, as ``Event.elapsed_time``."""
+        first, last = self.events.get(start), self.events.get(end)
+        if first is None or last is None:
+            raise RuntimeError(
+                "Both events must be recorded before calculating elapsed time."
+            )
+        return (last - first) * 1000.0
+
+
+def allocated_bytes() -> int:
+    """Bytes held by the emulated tensors alive now (each storage once)."""
+    sizes: dict[int, int] = {}
+    for alive in list(tensor.live.values()):
+        storage = alive.untyped_storage()
+        sizes[storage.data_ptr()] = storage.nbytes()
+    sizes.pop(0, None)
+    return sum(sizes.values())
+
+
+def host_memory() -> int:
+    """The host's memory, where a Mac reports its GPU's working set (no limit)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class EmulatedStream:
+    """The emulated device's one stream, as a Mac's ``current_stream()`` gives it.
+
+    ``torch.accelerator.current_stream()`` and ``torch.mps.current_stream()``
+    return it. The emulated device runs every op at once, so the stream has nothing in
+    flight; MPS has no graph capture, so it never captures (torch 2.15's
+    optimizers ask, in ``_accelerator_graph_capture_health_check``).
+    """
+
+    device_type = "mps"
+    device_index = 0
+    stream_id = 0
+
+    @property
+    def device(self) -> torch.device:
+        """``mps:0``."""
+        return torch.device("mps", 0)
+
+    def is_capturing(self) -> bool:
+        """Never: MPS has no graph capture."""
+        return False
+
+    def query(self) -> bool:
+        """Always done: every op ran when it was called."""
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
+        return None
+
+    def wait_stream(self, stream: Any) -> None:
+        """Nothing to wait for: there is one stream."""
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        """Nothing to wait for: events are recorded done."""
+        return None
+
+    def record_event(self, event: Any = None) -> Any:
+        """Record ``event`` (a new one when None) on this stream."""
+        if event is None:
+            event = torch.Event(self.device)
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EmulatedStream)
+
+    def __hash__(self) -> int:
+        return hash(("mps", 0, 0))
+
+    def __repr__(self) -> str:
+        return "<emulated torch.mps.Stream stream_id=0>"
+
+
+STREAM = EmulatedStream()
+
+
+def accelerator_functions() -> dict[str, Callable[..., Any]]:
+    """``torch.accelerator``'s answers with an MPS device present."""
+
+    def current_accelerator(check_available: bool = False) -> torch.device:
+        return torch.device("mps")
+
+    def synchronize(device: Any = None) -> None:
+        return None
+
+    def current_stream(device: Any = None) -> EmulatedStream:
+        return STREAM
+
+    return {
+        "current_accelerator": current_accelerator,
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device_index": lambda: 0,
+        "current_device_idx": lambda: 0,
+        "synchronize": synchronize,
+        "current_stream": current_stream,
+    }
+
+
+def mps_stream_functions() -> dict[str, Callable[..., Any]]:
+    """``torch.mps``'s stream functions (torch 2.15 has them), one stream."""
+    return {"current_stream": lambda: STREAM, "default_stream": lambda: STREAM}
