@@ -28,7 +28,7 @@ intervals. ``--suite cuda`` times CUDA work instead, launch-bound included: an
 elementwise chain of 20 ops on 1M elements, matmuls of 1024 and 4096, a
 softmax.
 
-Run:  python benchmarks/false_alarms.py --ab [--runs 25] [--processes 5]
+Run:  python benchmarks/false_alarms.py --ab [--runs 25] [--processes 7]
           [--max-time 0.05] [--threads 0 (torch's default)] [--suite cpu|cuda]
           [--keep DIR]
       python benchmarks/false_alarms.py --rescore DIR
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--max-time", type=float, default=None)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=7)
     parser.add_argument("--suite", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
         "--keep", type=Path, default=None, help="copy each A/B session's JSON here"

@@ -91,7 +91,7 @@ COMPARE_REV_HELP = (
     "5%%). Trustworthy where the host's speed drifts (cloud hosts)."
 )
 COMPARE_PROCESSES_HELP = (
-    "pairs of processes for --mps-benchmark-compare-rev (default 5, at least 5)."
+    "pairs of processes for --mps-benchmark-compare-rev (default 7, at least 5)."
 )
 CPROFILE_HELP = (
     "profile each benchmarked function once more after timing it (cProfile) and "
@@ -314,5 +314,5 @@ def read_options(config: pytest.Config) -> o.BenchmarkOptions:
         compare_processes=_setting(
             config, "mps_benchmark_compare_processes", _processes
         )
-        or 5,
+        or o.COMPARE_PROCESSES,
     )

@@ -100,6 +100,11 @@ class Table(NamedTuple):
     time_unit: str = "auto"
 
 
+#: Pairs of processes of the A/B gate by default: 7 caught 92% of 10% slowdowns on
+#: a quiet 2-core machine where 5 caught 88% (docs/benchmarks.md).
+COMPARE_PROCESSES = 7
+
+
 class BenchmarkOptions(NamedTuple):
     """The session's benchmark options, validated once."""
 
@@ -124,7 +129,7 @@ class BenchmarkOptions(NamedTuple):
     cprofile: str | None = None
     #: A git revision to measure beside this tree in alternating processes.
     compare_rev: str | None = None
-    compare_processes: int = 5
+    compare_processes: int = COMPARE_PROCESSES
 
 
 # -- values -----------------------------------------------------------------------
