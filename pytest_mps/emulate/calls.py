@@ -31,7 +31,12 @@ import torch.utils._device as _device
 from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import lazy, policy, tensor
+from pytest_mps.emulate import lazy, policy, tensor, wrapped_ops
+from pytest_mps.emulate.generator import (
+    EmulatedGenerator,
+    default_generator,
+    is_mps_device,
+)
 from pytest_mps.emulate.policy import CPU, MPS
 
 #: torch/csrc/utils/tensor_new.cpp, new_tensor of a tensor (UserWarning).
@@ -118,16 +123,14 @@ class EmulationMode(TorchFunctionMode):
                 if func in _device._device_constructors():
                     device = _device.CURRENT_DEVICE
                     kwargs = {**kwargs, "device": device}
-            if device is not None and tensor._is_mps(device):
+            if device is not None and is_mps_device(device):
                 return self._factory(func, args, kwargs)
             generator = kwargs.get("generator")
-            if type(generator) is tensor.EmulatedGenerator and not _any_emulated(
-                args, kwargs
-            ):
+            if type(generator) is EmulatedGenerator and not _any_emulated(args, kwargs):
                 self.rules.check_generator(generator, CPU)
             if device is not None and _any_emulated(args, kwargs):
                 # zeros_like(t, device="cpu"): a copy on the host, asked for
-                with tensor.host_copy():
+                with wrapped_ops.host_copy():
                     return func(*args, **kwargs)
             return func(*args, **kwargs)
         finally:
@@ -147,7 +150,7 @@ class EmulationMode(TorchFunctionMode):
         if generator is not None:
             self.rules.check_generator(generator, MPS)
         elif func in _RANDOM_FACTORIES:
-            options["generator"] = tensor.default_generator
+            options["generator"] = default_generator
         # torch.tensor((torch.cos(one), 0.0), device="mps"): C++ reads the
         # values of the device tensors in the data, which are in their _inner
         args = tuple(_host_data(a) for a in args)
@@ -217,7 +220,7 @@ class EmulationMode(TorchFunctionMode):
     def _repr(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         __tracebackhide__ = True
         if tensor.is_emulated(args[0]):
-            return tensor.describe(args[0])
+            return wrapped_ops.describe(args[0])
         return torch.Tensor.__repr__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def _new_tensor(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

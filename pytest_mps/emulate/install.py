@@ -7,7 +7,7 @@ On a Linux build, ``torch._C`` has the ``_mps_*`` functions that
 layer (``torch.mps.manual_seed``, ``torch.mps.Event``,
 ``torch.backends.mps.is_available``, autocast's macOS check) runs unchanged on
 top. It also swaps in ``torch.Generator`` (``torch.Generator("mps")`` makes
-an :class:`~.tensor.EmulatedGenerator`), answers ``torch.accelerator``'s
+an :class:`~.generator.EmulatedGenerator`), answers ``torch.accelerator``'s
 questions with mps, registers the ``torch.save`` tag (:mod:`.serialization`)
 and enters the session's :class:`~.calls.EmulationMode`, in the calling thread
 and in every thread started while it is installed (torch function modes are
@@ -29,6 +29,7 @@ from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
     calls,
     explain,
+    generator,
     lazy,
     memory,
     op_rules,
@@ -40,6 +41,7 @@ from pytest_mps.emulate import (
     tagged,
     tags,
     tensor,
+    wrapped_ops,
 )
 
 #: The designs of the emulated tensor (see :class:`Emulation`).
@@ -65,8 +67,8 @@ def generator_class(original: Any) -> Any:
         __doc__ = original.__doc__
 
         def __new__(cls, device: Any = "cpu") -> Any:
-            if tensor._is_mps(device):
-                return tensor.EmulatedGenerator()
+            if generator.is_mps_device(device):
+                return generator.EmulatedGenerator()
             return original(device)
 
     return Generator
@@ -302,9 +304,9 @@ class Emulation:
         import torch.accelerator
         import torch.backends.mps
 
-        tensor.current[0] = self.policy
+        wrapped_ops.current[0] = self.policy
         memory.current[0] = self.budget
-        tensor.default_generator.manual_seed(torch.initial_seed())
+        generator.default_generator.manual_seed(torch.initial_seed())
         self._set(torch._C, "_has_mps", True)
         functions = self.runtime.functions()
         if self.design == "tags":
@@ -399,7 +401,7 @@ class Emulation:
                 self.runtime.events, torch._C._mps_releaseEvent
             )
         _clear_caches(torch.backends.mps)
-        tensor.current[0] = None
+        wrapped_ops.current[0] = None
         memory.current[0] = None
 
 
@@ -409,7 +411,7 @@ _MISSING = object()
 def _tag_loaded(host: torch.Tensor) -> torch.Tensor:
     """A tensor ``torch.load`` puts on the device (tags design)."""
     __tracebackhide__ = True
-    found = tensor.current[0]
+    found = wrapped_ops.current[0]
     if found is not None:
         error = found.dtype_error(host.dtype)
         if error is not None:

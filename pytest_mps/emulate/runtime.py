@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import memory, tensor
+from pytest_mps.emulate import generator, memory, wrapped_ops
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -40,7 +40,7 @@ class Runtime:
             "_mps_is_available": lambda: True,
             "_mps_is_on_macos_or_newer": self.is_on_macos_or_newer,
             "_mps_is_in_bad_fork": lambda: False,
-            "_mps_get_default_generator": lambda: tensor.default_generator,
+            "_mps_get_default_generator": lambda: generator.default_generator,
             "_mps_deviceSynchronize": lambda: None,
             "_mps_emptyCache": lambda: None,
             "_mps_setMemoryFraction": self.set_memory_fraction,
@@ -102,7 +102,7 @@ class Runtime:
 def allocated_bytes() -> int:
     """Bytes held by the emulated tensors alive now (each storage once)."""
     sizes: dict[int, int] = {}
-    for alive in list(tensor.live.values()):
+    for alive in list(wrapped_ops.live.values()):
         storage = alive.untyped_storage()
         sizes[storage.data_ptr()] = storage.nbytes()
     sizes.pop(0, None)

@@ -40,8 +40,8 @@ from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
 from pytest_mps.emulate import messages, op_rules, policy, tags
 from pytest_mps.emulate.answers import TensorAnswers
+from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
-from pytest_mps.emulate.tensor import EmulatedGenerator, default_generator
 from pytest_mps.watch import device_mix
 from pytest_mps.watch.device_mix import BUFFER_KERNELS
 

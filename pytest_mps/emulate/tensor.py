@@ -20,45 +20,15 @@ they belong to.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from pytest_mps.audit import kernels
-from pytest_mps.emulate import lazy, memory, messages, policy
+from pytest_mps.emulate import lazy, memory, messages, policy, wrapped_ops
+from pytest_mps.emulate.generator import default_generator, is_mps_device
 from pytest_mps.emulate.policy import CPU, MPS
-from pytest_mps.watch.device_mix import written_positions
-
-#: The running emulation's policy (set by :mod:`.install`), or None.
-current: list[policy.Policy | None] = [None]
-#: The data of the emulated tensors alive now, by id, for
-#: ``torch.mps.current_allocated_memory()`` (a WeakSet would compare tensors
-#: with ``==``).
-live: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
-
-
-def _is_mps(device: Any) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "mps"
-    if isinstance(device, str):
-        return device.partition(":")[0].strip() == "mps"
-    return False
-
-
-class EmulatedGenerator(torch._C.Generator):
-    """A generator of the emulated device: a CPU generator whose ``device`` is mps."""
-
-    @property
-    def device(self) -> torch.device:  # type: ignore[override]
-        """``mps:0``, as for a generator made with ``torch.Generator("mps")``."""
-        return MPS
-
-
-#: The emulated device's default generator (``torch.mps.manual_seed`` seeds it).
-default_generator = EmulatedGenerator()
 
 
 class EmulatedTensor(torch.Tensor):
@@ -97,7 +67,7 @@ class EmulatedTensor(torch.Tensor):
         wrapper._inner = inner
         # the inner tensor, not the wrapper: nn.Module swaps wrappers
         # (torch.utils.swap_tensors), which refuses a tensor with a weakref
-        live[id(inner)] = inner
+        wrapped_ops.live[id(inner)] = inner
         return wrapper
 
     # Functions reach the subclass through __torch_dispatch__ alone.
@@ -170,7 +140,7 @@ class EmulatedTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
         if torch._C._is_torch_function_mode_enabled():
             return str(torch.Tensor.__repr__(self))  # type: ignore[no-untyped-call]
-        return describe(self)
+        return wrapped_ops.describe(self)
 
     def __format__(self, spec: str) -> str:
         if self.dim() == 0:
@@ -223,7 +193,7 @@ def wrap(
     more dimensions than an MPS allocation takes.
     """
     __tracebackhide__ = True
-    found = current[0]
+    found = wrapped_ops.current[0]
     if found is not None and check:
         error = found.dtype_error(inner.dtype)
         if error is not None:
@@ -238,7 +208,7 @@ def _unwrap(value: Any, plain: list[torch.Tensor]) -> Any:
     if kind is EmulatedTensor:
         inner = value._inner
         if inner.is_conj() or inner.is_neg():
-            return _resolved(inner)
+            return wrapped_ops.resolved(inner)
         return inner
     if kind is list or kind is tuple:
         return kind(_unwrap(item, plain) for item in value)
@@ -247,47 +217,27 @@ def _unwrap(value: Any, plain: list[torch.Tensor]) -> Any:
     return value
 
 
-class _Op:
-    """What dispatch asks of one aten op, read once from its schema.
-
-    Kept by ``id(func)``: an ``OpOverload``'s ``__hash__`` is Python code,
-    and a dict lookup keyed by the op itself ran it four times per op.
-    The record holds the op, so the id is never reused.
-    """
-
-    __slots__ = ("func", "generator", "returns_view", "writes_first")
-
-    def __init__(self, func: Any) -> None:
-        self.func = func
-        self.generator = any(a.name == "generator" for a in func._schema.arguments)
-        self.writes_first = 0 in written_positions(func)
-        self.returns_view = _returns_view(func)
-
-
-_ops: dict[int, _Op] = {}
-
-
 def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run one aten op for emulated tensors: check as MPS would, compute on the CPU."""
     __tracebackhide__ = True
-    op = _ops.get(id(func))
+    op = wrapped_ops.ops.get(id(func))
     if op is None:
-        op = _ops[id(func)] = _Op(func)
-    rules = current[0]
+        op = wrapped_ops.ops[id(func)] = wrapped_ops.Op(func)
+    rules = wrapped_ops.current[0]
     plain: list[torch.Tensor] = []
     inner_args = [_unwrap(a, plain) for a in args]
     inner_kwargs = {k: _unwrap(v, plain) for k, v in kwargs.items()}
     to_host_out = False
     if "device" in inner_kwargs:
         device = inner_kwargs["device"]
-        if _is_mps(device):
+        if is_mps_device(device):
             inner_kwargs["device"] = CPU
         elif device is not None and torch.device(device).type == "cpu":
             # PyTorch's C++ passes an emulated tensor's options along
             # (ToCopyBackward's grad.to(self.options())): its CPU device means
             # "where self is". Only a host copy the user asked for (t.cpu(),
             # zeros_like(t, device="cpu")) leaves the device.
-            to_host_out = _host_copies.depth > 0
+            to_host_out = wrapped_ops.host_copies.depth > 0
     if rules is not None:
         if plain:
             rules.check_placement(func, args, kwargs, is_emulated)
@@ -305,7 +255,7 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         rules.check_op(func, args, kwargs)
     out = func(*inner_args, **inner_kwargs)
     if op.writes_first and args and type(args[0]) is EmulatedTensor:
-        _follow_metadata(args[0])
+        wrapped_ops.follow_metadata(args[0])
     if to_host_out:
         return out
     if op.returns_view and torch.is_inference_mode_enabled():
@@ -317,77 +267,6 @@ def dispatch(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
             with torch.inference_mode(False):
                 return _wrap_outputs(out, args, allocates=False)
     return _wrap_outputs(out, args, allocates=not op.returns_view)
-
-
-_view_ops: dict[Any, bool] = {}
-
-
-def _returns_view(func: Any) -> bool:
-    """True for an op whose output aliases its input without writing it."""
-    found = _view_ops.get(func)
-    if found is None:
-        returns = func._schema.returns
-        info = returns[0].alias_info if returns else None
-        found = _view_ops[func] = info is not None and not info.is_write
-    return found
-
-
-class _HostCopies(threading.local):
-    depth = 0
-
-
-#: Above 0 while the user's own call asks for a copy on the host.
-_host_copies = _HostCopies()
-
-
-class host_copy:
-    """While open, an op given ``device="cpu"`` leaves the device (see dispatch)."""
-
-    def __enter__(self) -> None:
-        _host_copies.depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        _host_copies.depth -= 1
-
-
-def _resolved(inner: torch.Tensor) -> torch.Tensor:
-    """A copy of a lazily conjugated or negated view, its bits applied.
-
-    The CPU kernels an op reaches from ``__torch_dispatch__`` do not apply
-    the view's conj or neg bit (``a * torch.conj(b)`` computed ``a * b``):
-    apply them here, on the bit-free view, as PyTorch's fallback would.
-    """
-    out = inner
-    if out.is_conj():
-        out = torch.conj_physical(out.conj())
-    if out.is_neg():
-        out = torch.neg(out._neg_view())
-    return out
-
-
-def _follow_metadata(wrapper: Any) -> None:
-    """Give ``wrapper`` its data's shape after an in-place metadata op.
-
-    ``unsqueeze_``, ``t_``, ``resize_``, ``set_`` and their family change the
-    shape of the data in ``_inner``; the wrapper's own sizes were fixed when
-    it was made. Point the wrapper at the data's storage with the data's
-    shape, below the Python dispatch, keeping its identity.
-    """
-    inner = wrapper._inner
-    if (
-        wrapper.size() == inner.size()
-        and wrapper.stride() == inner.stride()
-        and wrapper.storage_offset() == inner.storage_offset()
-    ):
-        return
-    with torch._C._DisableTorchDispatch(), torch.no_grad():
-        torch.ops.aten.set_.source_Storage_storage_offset(
-            wrapper,
-            inner.untyped_storage(),
-            inner.storage_offset(),
-            inner.size(),
-            inner.stride(),
-        )
 
 
 def _wrap_outputs(out: Any, args: Sequence[Any], allocates: bool = True) -> Any:
@@ -457,7 +336,7 @@ def to_device(host: torch.Tensor) -> Any:
     if host.requires_grad and torch.is_grad_enabled():
         result = ToDevice.apply(host)  # type: ignore[no-untyped-call]
         return result
-    found = current[0]
+    found = wrapped_ops.current[0]
     if found is not None:
         error = found.dtype_error(host.dtype)
         if error is not None:
@@ -478,7 +357,7 @@ def to_host(
     if tensor.requires_grad and torch.is_grad_enabled():
         result: torch.Tensor = ToHost.apply(tensor, memory_format)  # type: ignore[no-untyped-call]
         return result if dtype is None else result.to(dtype)
-    with host_copy():
+    with wrapped_ops.host_copy():
         host: torch.Tensor = torch.ops.aten._to_copy.default(
             tensor, dtype=dtype, device=CPU, memory_format=memory_format
         )
@@ -515,21 +394,6 @@ def move(tensor: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     return torch.Tensor.to(tensor, *args, **kwargs)
 
 
-_OWN_PREFIX = "EmulatedTensor("
-
-
-def describe(tensor: Any) -> str:
-    """``repr`` as PyTorch prints an MPS tensor: ``tensor([...], device='mps:0')``."""
-    text: str = torch._tensor_str._str(tensor)  # type: ignore[no-untyped-call]
-    if text.startswith(_OWN_PREFIX):
-        shift = len(_OWN_PREFIX) - len("tensor(")
-        lines = text[len(_OWN_PREFIX) :].split("\n")
-        text = "\n".join(["tensor(" + lines[0], *(line[shift:] for line in lines[1:])])
-    if getattr(tensor, "_is_param", False):
-        return "Parameter containing:\n" + text
-    return text
-
-
 def numpy(tensor: Any, force: bool) -> Any:
     """``Tensor.numpy()``: PyTorch's TypeError for a device tensor, unless forced."""
     __tracebackhide__ = True
@@ -555,8 +419,8 @@ def replace_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
 
     PyTorch shallow-copies ``value``'s storage into ``tensor``. Between two
     tensors on the device with one dtype, the wrapper takes ``value``'s data
-    as its own and follows its shape (:func:`_follow_metadata`), keeping its
-    identity whoever else holds it. Otherwise (a dtype change, a host
+    as its own and follows its shape (:func:`.wrapped_ops.follow_metadata`),
+    keeping its identity whoever else holds it. Otherwise (a dtype change, a host
     tensor) the two Python objects swap contents, keeping ``tensor``'s
     identity, ``requires_grad`` and class role (a ``Parameter`` stays one).
     """
@@ -568,7 +432,7 @@ def replace_data(tensor: torch.Tensor, value: torch.Tensor) -> None:
         and replacement.layout == torch.strided
     ):
         tensor._inner = replacement._inner  # type: ignore[attr-defined]
-        _follow_metadata(tensor)
+        wrapped_ops.follow_metadata(tensor)
         return
     if is_emulated(replacement):
         replacement = EmulatedTensor.of(replacement._inner)  # its own wrapper
