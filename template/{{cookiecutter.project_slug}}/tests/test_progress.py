@@ -2,8 +2,9 @@
 
 import io
 
+from {{ cookiecutter.package_name }} import progress as progress_module
 from {{ cookiecutter.package_name }}.config import PRESETS, replace
-from {{ cookiecutter.package_name }}.progress import duration
+from {{ cookiecutter.package_name }}.progress import Bar, Task, duration
 from {{ cookiecutter.package_name }}.train import (
     SIZE_SETTINGS,
     Progress,
@@ -27,6 +28,19 @@ def test_the_training_bar_shows_the_time_left():
     first, second = terminal.getvalue().split("\r")[1:]
     assert "ETA" not in first  # no pace known yet
     assert "10/1000000000 loss 3.5000 10.0 ms/iter, ETA " in second
+
+
+def test_an_evaluations_eta_leaves_out_its_first_batch(monkeypatch):
+    """The first batch carries compilation: the pace is read from the second on."""
+    clock = iter([0.0, 16.0, 16.1, 16.2])  # start, then batches 1, 2, 3
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
+    task = Task(Bar(Terminal()), "step 0: evaluating", 40, "batches")
+    assert task.left(0, 0.0) is None
+    task.advance(1)
+    assert task.left(1, 16.0) is None  # one batch: compile and all, no pace yet
+    task.advance(2)
+    # 0.1 s a batch since the first, 38 to go: not 16 s a batch (10 minutes)
+    assert abs(task.left(3, 16.2) - 0.2 / 2 * 37) < 1e-9
 
 
 def test_a_slow_step_reads_in_seconds():

@@ -85,15 +85,20 @@ class Task:
         self.start = time.monotonic()
         self.shown = 0.0  # when the bar was last drawn
         self.logged = self.start + QUIET_SECONDS - LOG_SECONDS
+        self.first: float | None = None  # when the first item was done
 
     def left(self, done: int, now: float) -> float | None:
-        """Seconds still to go at the pace so far, None before the first item."""
-        if done <= 0:
+        """Seconds still to go at the pace since the first item, None before the
+        second: the first carries warm-up and compilation (16 s of a compiled
+        model's first evaluation batch on an H200), which the rest do not."""
+        if done <= 1 or self.first is None:
             return None
-        return (now - self.start) / done * (self.total - done)
+        return (now - self.first) / (done - 1) * (self.total - done)
 
     def advance(self, done: int) -> None:
         now = time.monotonic()
+        if done == 1 or self.first is None:
+            self.first = now
         left = self.left(done, now)
         eta = f", ETA {duration(left)}" if left is not None and left >= 1 else ""
         if self.out.tty:

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, distributed, runs
+from . import checkpoint, compile_cache, distributed, runs
 from .config import PRESETS, Config
 from .config import replace as replace_config
 from .data import Batches, load_dataset
@@ -232,6 +232,9 @@ def setup(
     """
     dist = dist or Dist()
     runtime = make_runtime(cfg.device, cfg.dtype, cfg.compile)
+    if runtime.compile:
+        # before anything compiles: a later run of out_dir starts warm
+        log(compile_cache.describe(*compile_cache.use(cfg.out_dir)))
     if cfg.init_from == "scratch":
         dataset = load_dataset(cfg)
         splits = _to_device(dataset.train, dataset.val, runtime)

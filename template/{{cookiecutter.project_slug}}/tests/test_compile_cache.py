@@ -1,0 +1,38 @@
+"""torch.compile's caches live in the run folder, so a second run starts warm."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.package_name }} import compile_cache
+
+
+def test_the_cache_goes_into_out_dir_and_a_second_run_finds_it_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(compile_cache.VARIABLE, raising=False)
+    folder, warm = compile_cache.use(str(tmp_path / "out"))
+    assert folder == tmp_path / "out" / compile_cache.FOLDER
+    assert not warm
+    said = compile_cache.describe(folder, warm)
+    assert said.endswith("(cold: the first compile here takes a while)")
+    assert os.environ[compile_cache.VARIABLE] == str(folder)
+    # what inductor leaves there after a compile
+    (folder / "fxgraph").mkdir(parents=True)
+    monkeypatch.delenv(compile_cache.VARIABLE)
+    again, warm = compile_cache.use(str(tmp_path / "out"))
+    assert (again, warm) == (folder, True)
+    said = compile_cache.describe(again, warm)
+    assert said.endswith("(warm: compiled code from an earlier run)")
+
+
+def test_a_cache_folder_the_user_chose_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = tmp_path / "my-cache"
+    monkeypatch.setenv(compile_cache.VARIABLE, str(mine))
+    folder, warm = compile_cache.use(str(tmp_path / "out"))
+    assert (folder, warm) == (mine, False)
+    assert os.environ[compile_cache.VARIABLE] == str(mine)
+    assert not (tmp_path / "out").exists()
