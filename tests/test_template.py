@@ -39,6 +39,7 @@ PACKAGE_FILES = (
     "bench.py",
     "checkpoint.py",
     "cli.py",
+    "compile_cache.py",
     "config.py",
     "corpus/shakespeare.txt",
     "data.py",
@@ -55,6 +56,7 @@ PACKAGE_FILES = (
 )
 TEST_FILES = (
     "conftest.py",
+    "test_compile_cache.py",
     "test_config.py",
     "test_data.py",
     "test_device.py",
