@@ -191,3 +191,22 @@ def test_ctrl_c_under_torchrun_checkpoints_every_ranks_streams(project: Path) ->
     assert state["iter_num"] == int(stopped.group(1)) < 400
     assert state["world_size"] == 2 and sorted(state["batches"]) == [0, 1]
     assert out.count("stopped by SIGINT") == 1  # rank 0 alone reports
+
+
+def test_target_val_loss_stops_every_rank_at_the_same_iteration(project: Path) -> None:
+    # Rank 0 alone evaluates; a rank that went on would wait for the others in
+    # its next step's gradient average until the launch timed out.
+    out = train(project, "target", ranks=2, max_iters=300, lr_decay_iters=300,
+                target_val_loss=3.9)  # fmt: skip
+    stopped = re.search(
+        r"stopped at iteration (\d+) of 300: val loss ([\d.]+) reached"
+        r" target_val_loss=3.9",
+        out,
+    )
+    assert stopped, out
+    at = int(stopped.group(1))
+    assert float(stopped.group(2)) <= 3.9 and 0 < at < 300
+    assert [int(s) for s, _ in EVAL.findall(out)] == list(range(0, at + 1, 3))
+    assert max(losses(out)) == at - 1  # no step after the stop, on rank 0 either
+    state = torch.load(project / "target" / "ckpt.pt", weights_only=True)
+    assert state["iter_num"] == at and state["world_size"] == 2

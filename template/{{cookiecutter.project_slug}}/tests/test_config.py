@@ -107,3 +107,10 @@ def test_an_unknown_command_gets_a_suggestion(capsys):
 def test_a_bad_setting_exits_with_the_message(capsys):
     assert main(["train", "--learning_rate=-1"]) == 2
     assert "learning_rate=-1.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", ["--patience=-1", "--target_val_loss=-0.5"])
+def test_the_stopping_settings_refuse_negative_values(setting):
+    name = setting[2:].split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{name}=.*: must not be negative"):
+        parse_args([setting])

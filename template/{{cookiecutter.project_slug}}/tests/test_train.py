@@ -1,3 +1,4 @@
+import csv
 import io
 import os
 import re
@@ -330,3 +331,59 @@ def test_auto_compile_mode_uses_cuda_graphs_only_where_they_were_measured(
     cfg = replace(small_config, compile_mode="auto",
                   gradient_accumulation_steps=accumulation)  # fmt: skip
     assert pick_compile_mode(cfg, accumulation, device_type, distributed) == expected
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_target_val_loss_stops_at_the_first_evaluation_that_reaches_it(small_config):
+    # Val loss starts near ln(65) = 4.17 and falls below 3.6 within 60 steps.
+    cfg = replace(small_config, max_iters=200, eval_interval=3, eval_iters=4,
+                  learning_rate=0.03, target_val_loss=3.6)  # fmt: skip
+    result, out = run(cfg)
+    *before, (at, _, val) = result.evals
+    assert val <= 3.6 and all(v > 3.6 for _, _, v in before), result.evals
+    assert result.iter_num == at < 200
+    assert "reached target_val_loss=3.6" in result.stop_reason
+    seconds = result.best[2]
+    assert result.best[:2] == (at, val) and seconds > 0
+    assert f"stopped at iteration {at} of 200: val loss {val:.4f} reached" in out
+    assert f"best val loss {val:.4f} at iteration {at}, {seconds:.1f} s into" in out
+    # loss.csv carries the run's clock: rising, and the target's row at its time
+    rows = read_csv(Path(cfg.out_dir) / "loss.csv")
+    elapsed = [float(row["elapsed_s"]) for row in rows]
+    assert elapsed == sorted(elapsed) and elapsed[0] > 0
+    assert rows[-1]["iter"] == str(at) and elapsed[-1] == round(seconds, 3)
+
+
+def test_patience_stops_after_that_many_evaluations_and_keeps_the_best(small_config):
+    # A constant, high learning rate: val loss stops falling within 200 steps.
+    cfg = replace(small_config, max_iters=200, eval_interval=3, eval_iters=4,
+                  learning_rate=0.1, decay_lr=False, patience=2,
+                  always_save_checkpoint=False)  # fmt: skip
+    result, out = run(cfg)
+    best_at, best_val, _ = result.best
+    assert min(v for _, _, v in result.evals) == best_val
+    after = [it for it, _, _ in result.evals if it > best_at]
+    assert after == [best_at + 3, best_at + 6], result.evals
+    assert result.iter_num == best_at + 6 < 200
+    assert "(patience=2)" in result.stop_reason
+    assert f"the checkpoint holds iteration {best_at}" in out
+    saved = checkpoint.load(result.checkpoint)
+    assert saved["iter_num"] == best_at and saved["best_val_loss"] == best_val
+
+
+def test_the_run_clock_goes_on_from_the_checkpoint_when_resuming(small_config):
+    cfg = replace(small_config, max_iters=6, eval_interval=3, lr_decay_iters=9)
+    first, _ = run(cfg)
+    before = checkpoint.load(first.checkpoint)["seconds"]
+    resumed, _ = run(replace(cfg, max_iters=9, init_from="resume",
+                             allow_changes="max_iters"))  # fmt: skip
+    rows = read_csv(Path(cfg.out_dir) / "loss.csv")
+    elapsed = {int(row["iter"]): float(row["elapsed_s"]) for row in rows}
+    # Row 6 holds the first run's last evaluation; row 7 the resumed run's step.
+    assert elapsed[7] > before >= elapsed[6] > 0
+    in_order = [elapsed[it] for it in sorted(elapsed)]
+    assert in_order == sorted(in_order) and resumed.iter_num == 9

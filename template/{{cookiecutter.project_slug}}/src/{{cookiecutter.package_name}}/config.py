@@ -161,6 +161,14 @@ class Config:
     always_save_checkpoint: bool = _opt(
         True, "checkpoint at every evaluation; false: only when val loss improves"
     )
+    patience: int = _opt(
+        0,
+        "stop after this many evaluations without a lower val loss (the checkpoint"
+        " keeps the best with always_save_checkpoint=false); 0: train to max_iters",
+    )
+    target_val_loss: float = _opt(
+        0.0, "stop at the first evaluation whose val loss is at most this; 0: off"
+    )
     seed: int = _opt(1337, "seed for weights, batches and dropout")
     device: str = _opt("auto", "auto (mps > cuda > cpu), cpu, mps, cuda or cuda:N")
     dtype: str = _opt("auto", "autocast dtype: auto, float32, bfloat16, float16")
@@ -395,7 +403,14 @@ def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
     ):
         if getattr(cfg, name) < 1:
             fail(name, "must be at least 1")
-    for name in ("max_iters", "warmup_iters", "lr_decay_iters", "max_new_tokens"):
+    for name in (
+        "max_iters",
+        "warmup_iters",
+        "lr_decay_iters",
+        "max_new_tokens",
+        "patience",
+        "target_val_loss",
+    ):
         if getattr(cfg, name) < 0:
             fail(name, "must not be negative")
     if cfg.top_k < 0:

@@ -158,3 +158,12 @@ def gather(obj: Any, dist: Dist) -> list[Any]:
     out: list[Any] = [None] * dist.world_size
     torch_dist.all_gather_object(out, obj)
     return out
+
+
+def broadcast(obj: Any, dist: Dist) -> Any:
+    """Rank 0's `obj` on every rank (a collective: every rank calls it)."""
+    if not dist.enabled:
+        return obj
+    box = [obj]
+    torch_dist.broadcast_object_list(box, src=0)
+    return box[0]

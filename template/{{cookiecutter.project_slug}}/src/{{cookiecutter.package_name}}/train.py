@@ -75,6 +75,16 @@ class Trainer:
     losses: list[tuple[int, float]] = field(default_factory=list)
     evals: list[tuple[int, float, float]] = field(default_factory=list)
     compile_mode: str = "off"  # the torch.compile mode in use, or off
+    # The run's clock: seconds since train() began, plus earlier processes' time
+    # (resumed runs), at each evaluation's end and each logged loss.
+    eval_seconds: dict[int, float] = field(default_factory=dict)
+    log_seconds: dict[int, float] = field(default_factory=dict)
+    seconds_before: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    def seconds(self) -> float:
+        """Seconds this run has taken so far, earlier processes' included."""
+        return self.seconds_before + time.perf_counter() - self.started
 
     @property
     def tokens_per_iter(self) -> int:
@@ -271,6 +281,10 @@ def setup(
     trainer.best_val_loss = float(state["best_val_loss"])
     trainer.losses = [(int(i), float(v)) for i, v in state["losses"]]
     trainer.evals = [(int(i), float(t), float(v)) for i, t, v in state["evals"]]
+    # Checkpoints from before the run's clock have none: it starts at 0 then.
+    trainer.seconds_before = float(state.get("seconds", 0.0))
+    trainer.eval_seconds = {int(i): float(s) for i, s in state.get("eval_seconds", [])}
+    trainer.log_seconds = {int(i): float(s) for i, s in state.get("log_seconds", [])}
     log(f"resumed from {path} at iteration {trainer.iter_num} ({runs.describe(state)})")
     if changed:
         log(f"changed on resuming (--allow_changes): {', '.join(changed)}")
@@ -392,6 +406,9 @@ def save(t: Trainer, streams: list[tuple[dict[int, torch.Tensor], Any]]) -> Path
             "written_by_rank": t.dist.rank,
             "losses": t.losses,
             "evals": t.evals,
+            "seconds": t.seconds(),
+            "eval_seconds": sorted(t.eval_seconds.items()),
+            "log_seconds": sorted(t.log_seconds.items()),
         },
         path,
     )
@@ -520,6 +537,38 @@ class TrainResult:
     checkpoint: Path | None
     ms_per_iter: float | None
     stopped_by: str = ""  # SIGINT or SIGTERM when a signal ended the run early
+    stop_reason: str = ""  # why patience or target_val_loss ended it early
+    # (iteration, val loss, seconds into the run) of the lowest val loss
+    best: tuple[int, float, float | None] | None = None
+
+
+def best_eval(
+    evals: list[tuple[int, float, float]], seconds: dict[int, float]
+) -> tuple[int, float, float | None] | None:
+    """(iteration, val loss, seconds into the run) of the first lowest val loss."""
+    if not evals:
+        return None
+    it, _, val = min(evals, key=lambda e: e[2])  # min keeps the first of equals
+    return it, val, seconds.get(it)
+
+
+def early_stop(cfg: Config, evals: list[tuple[int, float, float]]) -> str:
+    """Why the run stops after its latest evaluation ('' to go on): val loss at
+    target_val_loss, or `patience` evaluations since the lowest one."""
+    if not evals:
+        return ""
+    it, _, val = evals[-1]
+    if cfg.target_val_loss > 0 and val <= cfg.target_val_loss:
+        return f"val loss {val:.4f} reached target_val_loss={cfg.target_val_loss:g}"
+    best = best_eval(evals, {})
+    assert best is not None
+    since = sum(1 for e in evals if e[0] > best[0])
+    if cfg.patience > 0 and since >= cfg.patience:
+        return (
+            f"val loss has not fallen below {best[1]:.4f} (iteration {best[0]}) in"
+            f" {since} evaluations (patience={cfg.patience})"
+        )
+    return ""
 
 
 def train(
@@ -546,7 +595,9 @@ def train(
             stream = stack.enter_context(open(os.devnull, "w"))
         progress = Progress(cfg.max_iters, stream or sys.stdout)
         stack.enter_context(distributed.process_group(dist, pick_device(cfg.device)))
+        began = time.perf_counter()  # the run's clock includes loading and compiling
         t = setup(cfg, log=progress.print, dist=dist, typed=typed)
+        t.started = began
         progress.total = t.cfg.max_iters
         if earlier is not None and dist.is_main:
             runs.remove_previous(t.cfg.out_dir, earlier, progress.print)
@@ -593,6 +644,8 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
     ms_per_iter = None
     measured = False  # the device's speed is timed in the first evaluation
     agreed = False  # under torchrun: every rank has heard the stop signal
+    reason = ""  # why patience or target_val_loss stopped the run
+    early = cfg.patience > 0 or cfg.target_val_loss > 0
     last_time, last_iter = time.perf_counter(), t.iter_num
     while True:
         it = t.iter_num
@@ -610,6 +663,7 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
                 losses = evaluate(t, on_batch)
                 if losses is not None:
                     t.evals.append((it, losses["train"], losses["val"]))
+                    t.eval_seconds[it] = t.seconds()
                     progress.print(
                         f"step {it}: train loss {losses['train']:.4f},"
                         f" val loss {losses['val']:.4f}"
@@ -618,8 +672,15 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
                     t.best_val_loss = min(t.best_val_loss, losses["val"])
                     if it > 0 and (improved or cfg.always_save_checkpoint):
                         saved, saved_at = save(t, streams), it
+                    reason = early_stop(cfg, t.evals) if early else ""
+            if early:  # rank 0 decides; every rank stops at the same iteration
+                reason = distributed.broadcast(reason, t.dist)
             last_time, last_iter = time.perf_counter(), it
         if it >= cfg.max_iters:
+            break
+        if reason:
+            if t.dist.is_main:
+                progress.print(_stopped_early(t, reason, saved_at))
             break
         # Checked between steps: an attribute read, nothing on the device.
         if agreed if t.dist.enabled else stop.signum:
@@ -644,14 +705,24 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
             # Logged as the iteration this step ran (0 is the first): the same
             # number in the log, in loss.csv and in a resumed run.
             t.losses.append((it, value))
+            t.log_seconds[it] = t.seconds()
             progress.update(it, value, ms_per_iter, t.mfu(seconds))
     progress.complete(t.iter_num)
     progress.close()
     if t.dist.is_main:
         _report(t, progress, start)
     return TrainResult(
-        t.iter_num, t.losses, t.evals, saved, ms_per_iter, stopped_by=stop.name
-    )
+        t.iter_num, t.losses, t.evals, saved, ms_per_iter, stopped_by=stop.name,
+        stop_reason=reason, best=best_eval(t.evals, t.eval_seconds),
+    )  # fmt: skip
+
+
+def _stopped_early(t: Trainer, reason: str, saved_at: int) -> str:
+    """The line that says why the run stopped before max_iters and what it kept."""
+    kept = ""
+    if checkpoint.path_in(t.cfg.out_dir).is_file():
+        kept = f"; the checkpoint holds iteration {saved_at}"
+    return f"stopped at iteration {t.iter_num} of {t.cfg.max_iters}: {reason}{kept}"
 
 
 def _save_on_stop(
@@ -692,11 +763,18 @@ def _report(t: Trainer, progress: Progress, start: int) -> None:
             f"trained iterations {start}..{t.iter_num}: loss {ran[0]:.4f} ->"
             f" {ran[-1]:.4f}"
         )
+    best = best_eval(t.evals, t.eval_seconds)
+    if best is not None:
+        it, val, seconds = best
+        when = f", {seconds:.1f} s into the run" if seconds is not None else ""
+        progress.print(f"best val loss {val:.4f} at iteration {it}{when}")
     csv_path = out_dir / "loss.csv"
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(["iter", "train_loss", "eval_train_loss", "eval_val_loss"])
-    writer.writerows(loss_rows(t.losses, t.evals))
+    writer.writerow(
+        ["iter", "train_loss", "eval_train_loss", "eval_val_loss", "elapsed_s"]
+    )
+    writer.writerows(loss_rows(t.losses, t.evals, t.log_seconds, t.eval_seconds))
     write_atomic(csv_path, text.getvalue().encode())
     if t.cfg.plot:
         progress.print(plot_losses(t, out_dir / "loss.png", csv_path))
@@ -705,15 +783,24 @@ def _report(t: Trainer, progress: Progress, start: int) -> None:
 
 
 def loss_rows(
-    losses: list[tuple[int, float]], evals: list[tuple[int, float, float]]
+    losses: list[tuple[int, float]],
+    evals: list[tuple[int, float, float]],
+    log_seconds: dict[int, float] | None = None,
+    eval_seconds: dict[int, float] | None = None,
 ) -> list[list[int | float | str]]:
     """loss.csv's rows in iteration order: one per iteration, with its logged
-    training loss and its evaluation where it has them (blank where not)."""
+    training loss and its evaluation where it has them (blank where not), and
+    the seconds into the run when the row's evaluation ended (or, without one,
+    when its loss was read): blank where a run from before the clock left none."""
+    log_seconds, eval_seconds = log_seconds or {}, eval_seconds or {}
     rows: dict[int, list[int | float | str]] = {}
     for it, loss in losses:
-        rows.setdefault(it, [it, "", "", ""])[1] = loss
+        rows.setdefault(it, [it, "", "", "", ""])[1] = loss
     for it, train_loss, val_loss in evals:
-        rows.setdefault(it, [it, "", "", ""])[2:] = [train_loss, val_loss]
+        rows.setdefault(it, [it, "", "", "", ""])[2:4] = [train_loss, val_loss]
+    for it, row in rows.items():
+        seconds = eval_seconds.get(it, log_seconds.get(it))
+        row[4] = "" if seconds is None else round(seconds, 3)
     return [rows[it] for it in sorted(rows)]
 
 
