@@ -86,6 +86,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "init_from": ("scratch", "resume"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile": ("auto", "true", "false"),
+    "optimizer": ("adamw", "muon"),
     "compile_mode": (
         "auto",
         "default",
@@ -134,7 +135,14 @@ class Config:
     warmup_iters: int = _opt(50, "steps of linear warmup")
     lr_decay_iters: int = _opt(0, "steps of cosine decay; 0: max_iters")
     decay_lr: bool = _opt(True, "use warmup and cosine decay; false: constant")
-    weight_decay: float = _opt(0.1, "AdamW weight decay on matrices")
+    weight_decay: float = _opt(0.1, "weight decay on matrices (AdamW's and Muon's)")
+    optimizer: str = _opt(
+        "adamw",
+        "adamw, or muon: Muon for the blocks' matrices, AdamW for embeddings,"
+        " norms and biases",
+    )
+    muon_lr: float = _opt(0.02, "Muon's peak learning rate (--optimizer=muon)")
+    muon_momentum: float = _opt(0.95, "Muon's momentum (--optimizer=muon)")
     beta1: float = _opt(0.9, "AdamW beta1")
     beta2: float = _opt(0.99, "AdamW beta2")
     grad_clip: float = _opt(1.0, "clip the gradient norm to this; 0: off")
@@ -225,6 +233,9 @@ RUN_SETTINGS = (
     "lr_decay_iters",
     "decay_lr",
     "weight_decay",
+    "optimizer",
+    "muon_lr",
+    "muon_momentum",
     "beta1",
     "beta2",
     "grad_clip",
@@ -254,6 +265,9 @@ BENCH_SETTINGS = (
     "gradient_accumulation_steps",
     "learning_rate",
     "weight_decay",
+    "optimizer",
+    "muon_lr",
+    "muon_momentum",
     "beta1",
     "beta2",
     "grad_clip",
@@ -421,11 +435,12 @@ def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
         fail("dropout", "must be in [0, 1)")
     if not 0.0 < cfg.val_fraction < 1.0:
         fail("val_fraction", "must be between 0 and 1")
-    if cfg.learning_rate <= 0:
-        fail("learning_rate", "must be positive")
+    for name in ("learning_rate", "muon_lr"):
+        if getattr(cfg, name) <= 0:
+            fail(name, "must be positive")
     if not 0.0 <= cfg.min_lr <= cfg.learning_rate:
         fail("min_lr", f"must be in [0, learning_rate={cfg.learning_rate}]")
-    for name in ("beta1", "beta2"):
+    for name in ("beta1", "beta2", "muon_momentum"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             fail(name, "must be in [0, 1)")
     for name in ("weight_decay", "grad_clip", "temperature"):

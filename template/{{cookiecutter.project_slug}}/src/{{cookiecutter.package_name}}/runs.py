@@ -146,7 +146,8 @@ def check_resume(cfg: Config, state: dict[str, Any], path: Path) -> list[str]:
                 f" max_iters); --lr_decay_iters={have} keeps the schedule"
             )
         else:
-            have, want = saved.get(name), asked[name]
+            # A checkpoint from before a setting existed ran its default.
+            have, want = saved.get(name, FIELDS[name].default), asked[name]
             line = f"{name}: {have!r} in the checkpoint, {want!r} asked for"
         if have == want:
             continue

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, compile_cache, distributed, runs
+from . import checkpoint, compile_cache, distributed, optim, runs
 from .config import PRESETS, Config
 from .config import replace as replace_config
 from .data import Batches, load_dataset
@@ -146,9 +146,10 @@ def create(
     torch.manual_seed(cfg.seed)  # seeds the CPU and every accelerator
     gpt_config = gpt_config or model_config(cfg, tokenizer_meta)
     model = GPT(gpt_config).to(runtime.device)
-    optimizer = model.make_optimizer(
-        cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2)
-    )
+    optimizer = optim.make(
+        model, cfg.optimizer, cfg.learning_rate, cfg.weight_decay,
+        (cfg.beta1, cfg.beta2), cfg.muon_lr, cfg.muon_momentum,
+    )  # fmt: skip
     scaler = None
     if runtime.needs_grad_scaler:
         try:
@@ -688,7 +689,7 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
             break
         lr = lr_at(cfg, it)
         for group in t.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's: muon_lr's share
         loss = train_step(t)
         t.iter_num += 1
         if it % cfg.log_interval == 0 or t.iter_num == cfg.max_iters:

@@ -1,0 +1,144 @@
+"""The optimizer: AdamW (nanoGPT's), or Muon for the blocks' matrices.
+
+`--optimizer=muon` updates each 2-d weight inside the transformer blocks with
+Muon (momentum, then the update's matrix made orthogonal by a few Newton-Schulz
+iterations, as in modded-nanogpt and nanochat); the embeddings (tied with the
+output layer), norms and biases keep AdamW. Both live in one torch Optimizer, so
+checkpoints, resuming, gradient scaling and the learning-rate schedule treat it
+as they treat AdamW. Muon's learning rate is `muon_lr` at the schedule's peak and
+follows the same warmup and decay (each group's `lr_scale`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from .model import GPT
+
+# The quintic Newton-Schulz coefficients of modded-nanogpt (Keller Jordan): five
+# steps bring every singular value of the normalised update near 1.
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+NS_STEPS = 5
+
+
+def make(
+    model: GPT,
+    name: str,
+    learning_rate: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    muon_lr: float = 0.02,
+    muon_momentum: float = 0.95,
+) -> torch.optim.Optimizer:
+    """The optimizer `name` (adamw or muon) for `model`, already on its device."""
+    if name == "adamw":
+        return model.make_optimizer(weight_decay, learning_rate, betas)
+    blocks = {id(p) for p in model.blocks.parameters()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    matrices = [p for p in params if p.dim() == 2 and id(p) in blocks]
+    others = [p for p in params if id(p) not in {id(m) for m in matrices}]
+    groups = [
+        {"params": matrices, "kind": "muon", "lr": muon_lr,
+         "lr_scale": muon_lr / learning_rate, "weight_decay": weight_decay},
+        {"params": [p for p in others if p.dim() >= 2], "kind": "adamw",
+         "weight_decay": weight_decay},
+        {"params": [p for p in others if p.dim() < 2], "kind": "adamw",
+         "weight_decay": 0.0},
+    ]  # fmt: skip
+    return MuonAdamW(groups, lr=learning_rate, betas=betas, momentum=muon_momentum)
+
+
+def orthogonalize(update: torch.Tensor) -> torch.Tensor:
+    """The nearest semi-orthogonal matrix to `update`, roughly (U V^T of its SVD).
+
+    bfloat16 on CUDA, where tensor cores make it cheap and modded-nanogpt showed
+    it is accurate enough; float32 on MPS and the CPU.
+    """
+    a, b, c = NS_COEFFICIENTS
+    dtype = torch.bfloat16 if update.device.type == "cuda" else torch.float32
+    x = update.to(dtype)
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.mT
+    x = x / (x.norm() + 1e-7)  # every singular value at most 1
+    for _ in range(NS_STEPS):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.mT if tall else x
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon for the groups of kind "muon", AdamW for those of kind "adamw"."""
+
+    def __init__(
+        self,
+        groups: Iterable[dict[str, Any]],
+        lr: float,
+        betas: tuple[float, float],
+        momentum: float = 0.95,
+        eps: float = 1e-8,
+    ) -> None:
+        defaults = {"lr": lr, "betas": betas, "momentum": momentum, "eps": eps,
+                    "weight_decay": 0.0, "lr_scale": 1.0}  # fmt: skip
+        super().__init__(list(groups), defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, decay = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                p.mul_(1 - lr * decay)  # decoupled weight decay, as AdamW's
+                if group["kind"] == "muon":
+                    self._muon(p, state, lr, group["momentum"])
+                else:
+                    self._adamw(p, state, lr, group["betas"], group["eps"])
+        return loss
+
+    @staticmethod
+    def _muon(
+        p: torch.Tensor, state: dict[str, Any], lr: float, momentum: float
+    ) -> None:
+        grad = p.grad
+        assert grad is not None
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad)
+        buf = state["momentum_buffer"]
+        buf.lerp_(grad, 1 - momentum)
+        update = orthogonalize(grad.lerp(buf, momentum))  # Nesterov
+        # An orthogonal update's entries shrink as the matrix widens: a tall
+        # matrix (more outputs than inputs) gets them back (modded-nanogpt).
+        scale = max(1.0, p.size(0) / p.size(1)) ** 0.5
+        p.add_(update.to(p.dtype), alpha=-lr * scale)
+
+    @staticmethod
+    def _adamw(
+        p: torch.Tensor,
+        state: dict[str, Any],
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+    ) -> None:
+        grad = p.grad
+        assert grad is not None
+        if "exp_avg" not in state:
+            state["step"] = 0  # a Python int: no tensor on the host per step
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        beta1, beta2 = betas
+        state["step"] += 1
+        step = state["step"]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = (exp_avg_sq / (1 - beta2**step)).sqrt_().add_(eps)
+        p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
