@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Time and steps to a target val loss: the generated project against nanoGPT.
+
+    python benchmarks/time_to_target.py --nanogpt=DIR --project=PROJECT \\
+        --seeds=1337,1338,1339,1340 --out=LOGS \\
+        --template=adamw: --template=muon:--optimizer=muon
+
+DIR is a nanoGPT checkout (train.py, model.py, configurator.py; never shipped
+here), PROJECT an already baked project (omit it where cookiecutter is
+installed). Settings come from one template Config of --preset, spelled out for
+both programs as benchmarks/learning_parity.py does (its helpers are used).
+
+1. nanoGPT's train.py runs once per seed, compiled where the device compiles
+   (--compile), each with an empty TORCHINDUCTOR_CACHE_DIR of its own: a cold
+   start. Its time to its best val loss is the moment the evaluation line with
+   the lowest val loss was printed, counted from the process's start.
+   --nanogpt_patience=K stops a run K evaluations after its best so far (an
+   overfitting run's best is then almost surely already seen); 0 runs --iters.
+2. The target is the mean of nanoGPT's best val losses (or --target).
+3. Each --template=NAME:FLAGS runs once per seed with --target_val_loss=TARGET
+   and FLAGS, first cold (a new out_dir: its compile cache, out_dir/compile-cache,
+   is empty), then warm (the same out_dir with --overwrite=true, which keeps the
+   cache). Its time to target is the moment its first evaluation line at or
+   below the target was printed, from the process's start.
+
+Every time is the wall clock between the process's start and a line of its
+output, for both programs alike (unbuffered output, read as it comes), so
+start-up, compilation and evaluations count. The verdict, per template
+program and start: every run reached the target; the mean val loss at the stop
+is below the target by modded-nanogpt's record rule (a one-sided t-test over
+the seeds, p < 0.01); and the mean time to target is at most --goal times
+nanoGPT's mean time to its best (cold starts both).
+
+On a CPU (the tiny preset, no compilation), a check of the script and its CPU
+figure:
+
+    python benchmarks/time_to_target.py --nanogpt=DIR --preset=tiny --device=cpu \\
+        --compile=false --seeds=1,2 --iters=600 --eval_interval=50 --eval_iters=10
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_parity import (  # noqa: E402  (sibling scripts, not a package)
+    EVAL_LINE,
+    nanogpt_command,
+    nanogpt_workdir,
+    parity_config,
+    template_command,
+    write_json,
+)
+from train_speed import bake, load_package  # noqa: E402
+
+# One-sided Student t critical values at p = 0.01, by degrees of freedom.
+T_01 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998,
+        8: 2.896, 9: 2.821, 10: 2.764, 15: 2.602, 20: 2.528, 30: 2.457}  # fmt: skip
+
+
+def t_critical(df: int) -> float:
+    """The table's value for `df`, or for the nearest smaller df it lists."""
+    return T_01[max(k for k in T_01 if k <= df)]
+
+
+def run_timed(
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log_path: Path,
+    stop: Any = None,
+    deadline_s: float = 0.0,
+) -> dict[str, Any]:
+    """Run `command`, stamping each output line with the seconds since its start.
+
+    `stop(evals)` is asked after each evaluation line ([(iteration, val loss,
+    seconds)]); True ends the run there (killed: nothing after it is measured).
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, bufsize=1,
+    )  # fmt: skip
+    evals: list[tuple[int, float, float]] = []
+    status = ""
+    assert proc.stdout is not None
+    with open(log_path, "w") as log:
+        log.write(" ".join(command) + "\n")
+        for line in proc.stdout:
+            now = time.perf_counter() - start
+            log.write(f"{now:9.2f}  {line}")
+            if m := EVAL_LINE.match(line):
+                evals.append((int(m[1]), float(m[3]), round(now, 2)))
+                if stop is not None and stop(evals):
+                    status = f"stopped by this script at iteration {m[1]}"
+                    break
+            if deadline_s and now > deadline_s:
+                status = f"killed at --deadline_s={deadline_s:g}"
+                break
+    if status:
+        proc.kill()
+    rc = proc.wait()
+    tail = log_path.read_text(errors="replace")[-1500:] if rc and not status else ""
+    return {
+        "status": status or ("ok" if rc == 0 else f"exit {rc}"),
+        "wall_s": round(time.perf_counter() - start, 2),
+        "evals": evals,
+        "log": str(log_path),
+        "tail": tail,
+    }
+
+
+def best(evals: list[tuple[int, float, float]]) -> tuple[int, float, float] | None:
+    finite = [e for e in evals if not math.isnan(e[1])]
+    return min(finite, key=lambda e: e[1]) if finite else None
+
+
+def reached(evals, target: float) -> tuple[int, float, float] | None:
+    return next((e for e in evals if e[1] <= target), None)
+
+
+def clean_env(project: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Each run's compile caches are its own: none shared through the environment.
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(project / "src"), env.get("PYTHONPATH", "")) if p
+    )
+    return env
+
+
+def run_nanogpt(pkg, cfg, args, root: Path, out: Path) -> list[dict[str, Any]]:
+    runs = []
+    for seed in args.seed_list:
+        work = nanogpt_workdir(args, cfg, seed, root)
+        env = clean_env(args.project)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor-cache")  # empty: cold
+
+        def stop(evals: list[tuple[int, float, float]]) -> bool:
+            top = best(evals)
+            patience = args.nanogpt_patience
+            return bool(patience and top and evals[-1][0] > top[0]
+                        and sum(e[0] > top[0] for e in evals) >= patience)  # fmt: skip
+
+        record = run_timed(
+            nanogpt_command(pkg, cfg, args, work), work, env,
+            out / f"nanogpt-seed{seed}.log", stop, args.deadline_s,
+        )  # fmt: skip
+        record.update(
+            program="nanogpt", seed=seed, start="cold", best=best(record["evals"])
+        )
+        runs.append(record)
+        print(summary_line(record), flush=True)
+        write_json(out / "results.json", {"args": describe(args), "runs": runs})
+    return runs
+
+
+def run_template(pkg, cfg, args, root, out, target, runs) -> list[dict[str, Any]]:
+    for seed in args.seed_list:
+        for name, flags in args.template_list:
+            work = root / f"{name}-seed{seed}"
+            work.mkdir(parents=True)
+            command = template_command(pkg, cfg, args, seed, work / "out")
+            command += [f"--target_val_loss={target:.6f}", *flags]
+            for start in ("cold", "warm"):
+                again = ["--overwrite=true"] if start == "warm" else []
+                record = run_timed(
+                    command + again, work, clean_env(args.project),
+                    out / f"{name}-seed{seed}-{start}.log", None, args.deadline_s,
+                )  # fmt: skip
+                record.update(program=name, seed=seed, start=start,
+                              reached=reached(record["evals"], target))  # fmt: skip
+                runs.append(record)
+                print(summary_line(record), flush=True)
+                write_json(out / "results.json", {"args": describe(args), "runs": runs})
+    return runs
+
+
+def summary_line(r: dict[str, Any]) -> str:
+    what = ""
+    if r.get("best"):
+        it, val, s = r["best"]
+        what = f"best val {val:.4f} at iteration {it}, {s:.1f} s"
+    elif "reached" in r:
+        hit = r["reached"]
+        what = (
+            f"target at iteration {hit[0]} (val {hit[1]:.4f}), {hit[2]:.1f} s"
+            if hit
+            else "target NOT reached"
+        )
+    return f"{r['program']} seed {r['seed']} {r['start']}: {r['status']}, {what}" + (
+        f"\n{r['tail']}" if r["tail"] else ""
+    )
+
+
+def verdict(runs: list[dict[str, Any]], target: float, goal: float) -> bool:
+    nano = [r["best"] for r in runs if r["program"] == "nanogpt" and r["best"]]
+    print(f"\ntarget val loss {target:.4f}")
+    base = None
+    if nano:
+        base = statistics.fmean(b[2] for b in nano)
+        print(
+            f"nanogpt (cold): best val {spread([b[1] for b in nano], 4)}, at"
+            f" iteration {spread([b[0] for b in nano], 0)}, after"
+            f" {spread([b[2] for b in nano], 1)} s"
+        )
+    met = True
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["program"] != "nanogpt":
+            groups.setdefault((r["program"], r["start"]), []).append(r)
+    for (name, start), group in groups.items():
+        hits = [r["reached"] for r in group if r["reached"]]
+        if len(hits) < len(group) or len(hits) < 2:
+            print(
+                f"{name} ({start}): {len(hits)} of {len(group)} runs reached the target"
+            )
+            met = False
+            continue
+        vals = [h[1] for h in hits]
+        sd = statistics.stdev(vals)
+        t = (
+            (target - statistics.fmean(vals)) / (sd / math.sqrt(len(vals)))
+            if sd
+            else math.inf
+        )
+        margin = t > t_critical(len(vals) - 1)
+        seconds = statistics.fmean(h[2] for h in hits)
+        ratio = seconds / base if base else math.nan
+        fast = ratio <= goal
+        print(
+            f"{name} ({start}): at iteration {spread([h[0] for h in hits], 0)}, after"
+            f" {spread([h[2] for h in hits], 1)} s; {ratio:.2f}x nanoGPT's time to"
+            f" its best (goal {goal}x: {'met' if fast else 'NOT met'}); val at the"
+            f" stop {spread(vals, 4)}, below the target by the record rule"
+            f" (t = {t:.2f}, needs > {t_critical(len(vals) - 1)}):"
+            f" {'yes' if margin else 'NO'}"
+        )
+        if start == "cold":  # the goal is set against cold starts; warm is shown
+            met = met and fast and margin
+    return met
+
+
+def spread(values: list[float], digits: int) -> str:
+    mean = statistics.fmean(values)
+    return f"{mean:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def describe(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--nanogpt", type=Path, required=True, help="a nanoGPT checkout"
+    )
+    parser.add_argument("--project", type=Path, help="an already baked project")
+    parser.add_argument("--preset", default="shakespeare_char")
+    parser.add_argument("--seeds", default="1337,1338,1339,1340")
+    parser.add_argument("--iters", type=int, default=5000)
+    parser.add_argument("--eval_interval", type=int, default=250)
+    parser.add_argument("--eval_iters", type=int, default=200)
+    parser.add_argument("--lr_decay_iters", type=int, default=5000)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--compile", default="auto", choices=("auto", "true", "false"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a template setting for both programs")  # fmt: skip
+    parser.add_argument("--template", action="append", default=[], metavar="NAME:FLAGS",
+                        help="a template program: a name and its own flags,"
+                        " comma-separated (default: template:)")  # fmt: skip
+    parser.add_argument("--target", type=float, help="default: nanoGPT's mean best")
+    parser.add_argument("--nanogpt_patience", type=int, default=0)
+    parser.add_argument("--goal", type=float, default=0.5)
+    parser.add_argument("--deadline_s", type=float, default=0.0, help="per run")
+    parser.add_argument("--skip_nanogpt", action="store_true",
+                        help="template runs only (needs --target)")  # fmt: skip
+    parser.add_argument("--nanogpt_only", action="store_true",
+                        help="nanoGPT runs and their target only")  # fmt: skip
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    args.seed_list = [int(s) for s in args.seeds.split(",")]
+    args.template_list = []
+    for item in args.template or ["template:"]:
+        name, sep, flags = item.partition(":")
+        if not sep or not name:
+            parser.error(f"--template={item}: expected NAME:FLAGS (FLAGS may be empty)")
+        args.template_list.append((name, [f for f in flags.split(",") if f]))
+    if args.skip_nanogpt and args.target is None:
+        parser.error("--skip_nanogpt needs --target")
+    missing = [n for n in ("model.py", "train.py", "configurator.py")
+               if not (args.nanogpt / n).is_file()]  # fmt: skip
+    if missing:
+        parser.error(f"--nanogpt={args.nanogpt} lacks {', '.join(missing)}")
+    args.nanogpt = args.nanogpt.resolve()
+    with tempfile.TemporaryDirectory(prefix="time-to-target-") as tmp:
+        root = Path(tmp)
+        args.project = (args.project or bake(args.preset, root / "bake")).resolve()
+        pkg = load_package(args.project)
+        out = (args.out or root / "logs").resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        cfg = parity_config(pkg, args, root / "data")
+        pkg.data.prepare(cfg, log=print)
+        device = pkg.device.pick_device(cfg.device)
+        print(
+            f"torch {torch.__version__}, {pkg.device.device_name(device)} ({device});"
+            f" preset {args.preset}, up to {args.iters} iterations, eval every"
+            f" {args.eval_interval} over {args.eval_iters} batches, compile"
+            f" {args.compile}",
+            flush=True,
+        )
+        runs = [] if args.skip_nanogpt else run_nanogpt(pkg, cfg, args, root, out)
+        target = args.target
+        if target is None:
+            bests = [r["best"][1] for r in runs if r["best"]]
+            if not bests:
+                print("no nanoGPT run printed a val loss: no target")
+                return 1
+            target = statistics.fmean(bests)
+        if args.nanogpt_only:
+            args.template_list = []
+        runs = run_template(pkg, cfg, args, root / "runs", out, target, runs)
+        met = verdict(runs, target, args.goal)
+        result = {"args": describe(args), "target": target, "runs": runs}
+        write_json(out / "results.json", result)
+        shutil.rmtree(root / "runs", ignore_errors=True)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
