@@ -50,6 +50,7 @@ PACKAGE_FILES = (
     "model.py",
     "optim.py",
     "progress.py",
+    "report.py",
     "runs.py",
     "sample.py",
     "tokenizers.py",

@@ -20,6 +20,10 @@ def test_orthogonalize_brings_every_singular_value_near_one(device):
         # The quintic iteration trades exactness for speed: 0.7 to 1.2 or so.
         assert values.min() > 0.5 and values.max() < 1.3, values
         assert orthogonalize(x.to(device)).shape == shape
+        # A stack of matrices is orthogonalised matrix by matrix, in one call.
+        stack = torch.stack([x, x.flip(0)]).to(device)
+        one_by_one = torch.stack([orthogonalize(m) for m in stack])
+        torch.testing.assert_close(orthogonalize(stack), one_by_one)
 
 
 def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(small_config, device):
@@ -70,3 +74,23 @@ def test_resuming_with_another_optimizer_is_refused(small_config):
     with pytest.raises(ConfigError, match=refused):
         setup(replace(small_config, optimizer="muon", init_from="resume"),
               log=lambda _: None, typed=frozenset({"optimizer"}))  # fmt: skip
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_muon_steps_along_the_orthogonalised_nesterov_momentum(device, momentum):
+    # Two steps on one tall matrix: the second step's direction is the
+    # orthogonalised Nesterov blend of the momentum buffer and the gradient.
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(8, 4, device=device))
+    opt = MuonAdamW([{"params": [w], "kind": "muon", "weight_decay": 0.0}],
+                    lr=0.1, betas=(0.9, 0.99), momentum=momentum)  # fmt: skip
+    grads = [torch.randn(8, 4, device=device) for _ in range(2)]
+    buf = torch.zeros_like(w)
+    for grad in grads:
+        before = w.detach().clone()
+        w.grad = grad.clone()
+        opt.step()
+        buf = momentum * buf + (1 - momentum) * grad
+        direction = orthogonalize(grad + momentum * (buf - grad))
+        expected = before - 0.1 * (8 / 4) ** 0.5 * direction
+        torch.testing.assert_close(w.detach(), expected, atol=1e-5, rtol=1e-4)

@@ -52,7 +52,8 @@ def make(
 
 
 def orthogonalize(update: torch.Tensor) -> torch.Tensor:
-    """The nearest semi-orthogonal matrix to `update`, roughly (U V^T of its SVD).
+    """The nearest semi-orthogonal matrix to each matrix of `update` (the last two
+    dimensions; a stack of matrices at once), roughly U V^T of its SVD.
 
     bfloat16 on CUDA, where tensor cores make it cheap and modded-nanogpt showed
     it is accurate enough; float32 on MPS and the CPU.
@@ -60,10 +61,11 @@ def orthogonalize(update: torch.Tensor) -> torch.Tensor:
     a, b, c = NS_COEFFICIENTS
     dtype = torch.bfloat16 if update.device.type == "cuda" else torch.float32
     x = update.to(dtype)
-    tall = x.size(0) > x.size(1)
+    tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT
-    x = x / (x.norm() + 1e-7)  # every singular value at most 1
+    # every singular value at most 1
+    x = x / (torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True) + 1e-7)
     for _ in range(NS_STEPS):
         gram = x @ x.mT
         x = a * x + (b * gram + c * gram @ gram) @ x
@@ -71,7 +73,12 @@ def orthogonalize(update: torch.Tensor) -> torch.Tensor:
 
 
 class MuonAdamW(torch.optim.Optimizer):
-    """Muon for the groups of kind "muon", AdamW for those of kind "adamw"."""
+    """Muon for the groups of kind "muon", AdamW for those of kind "adamw".
+
+    Each update is a few multi-tensor (foreach) operations per group, and Muon
+    orthogonalises all matrices of one shape in one batched call: the step's
+    kernel launches do not grow with the number of layers' tensors.
+    """
 
     def __init__(
         self,
@@ -92,53 +99,64 @@ class MuonAdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
             lr, decay = group["lr"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                p.mul_(1 - lr * decay)  # decoupled weight decay, as AdamW's
-                if group["kind"] == "muon":
-                    self._muon(p, state, lr, group["momentum"])
-                else:
-                    self._adamw(p, state, lr, group["betas"], group["eps"])
+            if decay:  # decoupled weight decay, as AdamW's
+                torch._foreach_mul_(params, 1 - lr * decay)
+            if group["kind"] == "muon":
+                self._muon(params, lr, group["momentum"])
+            else:
+                self._adamw(params, lr, group["betas"], group["eps"])
         return loss
 
-    @staticmethod
-    def _muon(
-        p: torch.Tensor, state: dict[str, Any], lr: float, momentum: float
-    ) -> None:
-        grad = p.grad
-        assert grad is not None
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(grad)
-        buf = state["momentum_buffer"]
-        buf.lerp_(grad, 1 - momentum)
-        update = orthogonalize(grad.lerp(buf, momentum))  # Nesterov
-        # An orthogonal update's entries shrink as the matrix widens: a tall
-        # matrix (more outputs than inputs) gets them back (modded-nanogpt).
-        scale = max(1.0, p.size(0) / p.size(1)) ** 0.5
-        p.add_(update.to(p.dtype), alpha=-lr * scale)
+    def _muon(self, params: list[torch.Tensor], lr: float, momentum: float) -> None:
+        grads = [p.grad for p in params]
+        bufs = []
+        for p in params:
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            bufs.append(state["momentum_buffer"])
+        torch._foreach_lerp_(bufs, grads, 1 - momentum)
+        nesterov = torch._foreach_lerp(grads, bufs, momentum)
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(params):
+            by_shape.setdefault(tuple(p.shape), []).append(i)
+        for shape, index in by_shape.items():
+            updates = orthogonalize(torch.stack([nesterov[i] for i in index]))
+            # An orthogonal update's entries shrink as the matrix widens: a tall
+            # matrix (more outputs than inputs) gets them back (modded-nanogpt).
+            scale = max(1.0, shape[0] / shape[1]) ** 0.5
+            mine = [params[i] for i in index]
+            steps = list(updates.to(mine[0].dtype).unbind())
+            torch._foreach_add_(mine, steps, alpha=-lr * scale)
 
-    @staticmethod
     def _adamw(
-        p: torch.Tensor,
-        state: dict[str, Any],
+        self,
+        params: list[torch.Tensor],
         lr: float,
         betas: tuple[float, float],
         eps: float,
     ) -> None:
-        grad = p.grad
-        assert grad is not None
-        if "exp_avg" not in state:
-            state["step"] = 0  # a Python int: no tensor on the host per step
-            state["exp_avg"] = torch.zeros_like(p)
-            state["exp_avg_sq"] = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        for p in params:
+            state = self.state[p]
+            if "exp_avg" not in state:
+                state["step"] = 0  # a Python int: no tensor on the host per step
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+        states = [self.state[p] for p in params]
+        step = states[0]["step"]  # one group's tensors step together
         beta1, beta2 = betas
-        state["step"] += 1
-        step = state["step"]
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = (exp_avg_sq / (1 - beta2**step)).sqrt_().add_(eps)
-        p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+        exp_avg = [st["exp_avg"] for st in states]
+        exp_avg_sq = [st["exp_avg_sq"] for st in states]
+        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sq, beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        denom = torch._foreach_div(exp_avg_sq, 1 - beta2**step)
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(params, exp_avg, denom, value=-lr / (1 - beta1**step))

@@ -13,10 +13,8 @@ save on Ctrl-C) is in runs.py.
 from __future__ import annotations
 
 import contextlib
-import csv
 import gc
 import inspect
-import io
 import math
 import os
 import sys
@@ -29,7 +27,7 @@ from typing import Any, TextIO
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, compile_cache, distributed, optim, runs
+from . import checkpoint, compile_cache, distributed, optim, report, runs
 from .config import PRESETS, Config
 from .config import replace as replace_config
 from .data import Batches, load_dataset
@@ -48,7 +46,7 @@ from .device import (
 )
 from .distributed import Dist
 from .errors import CheckpointError, ConfigError, DeviceError
-from .files import ensure_writable, write_atomic
+from .files import ensure_writable
 from .model import GPT, GPTConfig
 from .progress import Bar, Task, bar, duration, per_iter
 
@@ -543,35 +541,6 @@ class TrainResult:
     best: tuple[int, float, float | None] | None = None
 
 
-def best_eval(
-    evals: list[tuple[int, float, float]], seconds: dict[int, float]
-) -> tuple[int, float, float | None] | None:
-    """(iteration, val loss, seconds into the run) of the first lowest val loss."""
-    if not evals:
-        return None
-    it, _, val = min(evals, key=lambda e: e[2])  # min keeps the first of equals
-    return it, val, seconds.get(it)
-
-
-def early_stop(cfg: Config, evals: list[tuple[int, float, float]]) -> str:
-    """Why the run stops after its latest evaluation ('' to go on): val loss at
-    target_val_loss, or `patience` evaluations since the lowest one."""
-    if not evals:
-        return ""
-    it, _, val = evals[-1]
-    if cfg.target_val_loss > 0 and val <= cfg.target_val_loss:
-        return f"val loss {val:.4f} reached target_val_loss={cfg.target_val_loss:g}"
-    best = best_eval(evals, {})
-    assert best is not None
-    since = sum(1 for e in evals if e[0] > best[0])
-    if cfg.patience > 0 and since >= cfg.patience:
-        return (
-            f"val loss has not fallen below {best[1]:.4f} (iteration {best[0]}) in"
-            f" {since} evaluations (patience={cfg.patience})"
-        )
-    return ""
-
-
 def train(
     cfg: Config, stream: TextIO | None = None, typed: frozenset[str] | None = None
 ) -> TrainResult:
@@ -673,7 +642,7 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
                     t.best_val_loss = min(t.best_val_loss, losses["val"])
                     if it > 0 and (improved or cfg.always_save_checkpoint):
                         saved, saved_at = save(t, streams), it
-                    reason = early_stop(cfg, t.evals) if early else ""
+                    reason = report.early_stop(cfg, t.evals) if early else ""
             if early:  # rank 0 decides; every rank stops at the same iteration
                 reason = distributed.broadcast(reason, t.dist)
             last_time, last_iter = time.perf_counter(), it
@@ -714,7 +683,7 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
         _report(t, progress, start)
     return TrainResult(
         t.iter_num, t.losses, t.evals, saved, ms_per_iter, stopped_by=stop.name,
-        stop_reason=reason, best=best_eval(t.evals, t.eval_seconds),
+        stop_reason=reason, best=report.best_eval(t.evals, t.eval_seconds),
     )  # fmt: skip
 
 
@@ -764,72 +733,15 @@ def _report(t: Trainer, progress: Progress, start: int) -> None:
             f"trained iterations {start}..{t.iter_num}: loss {ran[0]:.4f} ->"
             f" {ran[-1]:.4f}"
         )
-    best = best_eval(t.evals, t.eval_seconds)
+    best = report.best_eval(t.evals, t.eval_seconds)
     if best is not None:
         it, val, seconds = best
         when = f", {seconds:.1f} s into the run" if seconds is not None else ""
         progress.print(f"best val loss {val:.4f} at iteration {it}{when}")
     csv_path = out_dir / "loss.csv"
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(
-        ["iter", "train_loss", "eval_train_loss", "eval_val_loss", "elapsed_s"]
-    )
-    writer.writerows(loss_rows(t.losses, t.evals, t.log_seconds, t.eval_seconds))
-    write_atomic(csv_path, text.getvalue().encode())
+    report.write_loss_csv(csv_path, t.losses, t.evals, t.log_seconds, t.eval_seconds)
     if t.cfg.plot:
-        progress.print(plot_losses(t, out_dir / "loss.png", csv_path))
+        png = out_dir / "loss.png"
+        progress.print(report.plot_losses(t.losses, t.evals, png, csv_path))
     if checkpoint.path_in(out_dir).is_file():
         progress.print(f"checkpoint: {checkpoint.path_in(out_dir)}")
-
-
-def loss_rows(
-    losses: list[tuple[int, float]],
-    evals: list[tuple[int, float, float]],
-    log_seconds: dict[int, float] | None = None,
-    eval_seconds: dict[int, float] | None = None,
-) -> list[list[int | float | str]]:
-    """loss.csv's rows in iteration order: one per iteration, with its logged
-    training loss and its evaluation where it has them (blank where not), and
-    the seconds into the run when the row's evaluation ended (or, without one,
-    when its loss was read): blank where a run from before the clock left none."""
-    log_seconds, eval_seconds = log_seconds or {}, eval_seconds or {}
-    rows: dict[int, list[int | float | str]] = {}
-    for it, loss in losses:
-        rows.setdefault(it, [it, "", "", "", ""])[1] = loss
-    for it, train_loss, val_loss in evals:
-        rows.setdefault(it, [it, "", "", "", ""])[2:4] = [train_loss, val_loss]
-    for it, row in rows.items():
-        seconds = eval_seconds.get(it, log_seconds.get(it))
-        row[4] = "" if seconds is None else round(seconds, 3)
-    return [rows[it] for it in sorted(rows)]
-
-
-def plot_losses(t: Trainer, png: Path, csv_path: Path) -> str:
-    """Draw the loss curve if matplotlib is installed; say what happened."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot as plt
-    except ImportError:
-        return (
-            "no loss curve: matplotlib is not installed (the project's plot extra:"
-            f" pip install -e '.[plot]'); the numbers are in {csv_path}"
-        )
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if t.losses:
-        its, losses = zip(*t.losses, strict=True)
-        ax.plot(its, losses, label="train (batch)", alpha=0.6)
-    if t.evals:
-        its, train_losses, val_losses = zip(*t.evals, strict=True)
-        ax.plot(its, train_losses, "o-", label="train (eval)")
-        ax.plot(its, val_losses, "o-", label="val (eval)")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("cross-entropy loss")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return f"loss curve: {png}"
