@@ -721,6 +721,36 @@ def print_table(runs: list[dict[str, Any]], args: argparse.Namespace) -> bool:
 
 
 # --------------------------------------------------------------------- main
+def check_nanogpt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--nanogpt names a checkout with the files these scripts run; resolved."""
+    missing = [
+        n for n in ("model.py", "train.py", "configurator.py")
+        if not (args.nanogpt / n).is_file()
+    ]  # fmt: skip
+    if missing:
+        parser.error(f"--nanogpt={args.nanogpt} lacks {', '.join(missing)}")
+    args.nanogpt = args.nanogpt.resolve()
+
+
+def prepare_run(args: argparse.Namespace, root: Path, iterations: str):
+    """The project (--project, or baked into `root`), the one Config of both
+    programs, the corpus prepared, the log folder; the run's header printed."""
+    args.project = (args.project or bake(args.preset, root / "bake")).resolve()
+    pkg = load_package(args.project)
+    out = (args.out or root / "logs").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = parity_config(pkg, args, root / "data")
+    pkg.data.prepare(cfg, log=print)
+    device = pkg.device.pick_device(cfg.device)
+    print(
+        f"torch {torch.__version__}, {pkg.device.device_name(device)} ({device});"
+        f" preset {args.preset}, {iterations}, eval every {args.eval_interval} over"
+        f" {args.eval_iters} batches, compile {args.compile}",
+        flush=True,
+    )
+    return pkg, cfg, out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["variant"]:  # a template run started by run_all
@@ -797,28 +827,11 @@ def main(argv: list[str] | None = None) -> int:
     if needs_nanogpt:
         if args.nanogpt is None:
             parser.error("--nanogpt=DIR is needed for nanogpt runs and the step check")
-        missing = [
-            n for n in ("model.py", "train.py", "configurator.py")
-            if not (args.nanogpt / n).is_file()
-        ]  # fmt: skip
-        if missing:
-            parser.error(f"--nanogpt={args.nanogpt} lacks {', '.join(missing)}")
-        args.nanogpt = args.nanogpt.resolve()
+        check_nanogpt(parser, args)
     with tempfile.TemporaryDirectory(prefix="learning-parity-") as tmp:
         root = Path(tmp)
-        args.project = (args.project or bake(args.preset, root / "bake")).resolve()
-        pkg = load_package(args.project)
-        out = (args.out or root / "logs").resolve()
-        out.mkdir(parents=True, exist_ok=True)
-        cfg = parity_config(pkg, args, root / "data")
-        pkg.data.prepare(cfg, log=print)
-        device = pkg.device.pick_device(cfg.device)
-        print(
-            f"torch {torch.__version__}, {pkg.device.device_name(device)} ({device});"
-            f" preset {args.preset}, {args.iters} iterations, eval every"
-            f" {args.eval_interval} over {args.eval_iters} batches, lr_decay_iters"
-            f" {args.lr_decay_iters}, compile {args.compile}",
-            flush=True,
+        pkg, cfg, out = prepare_run(
+            args, root, f"{args.iters} iterations, lr_decay_iters {args.lr_decay_iters}"
         )
         if args.step_check != "off":
             check = step_check(pkg, args, cfg, root / "data")

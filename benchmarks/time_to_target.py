@@ -55,18 +55,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_parity import (  # noqa: E402  (sibling scripts, not a package)
     EVAL_LINE,
+    check_nanogpt,
     nanogpt_command,
     nanogpt_workdir,
-    parity_config,
+    prepare_run,
     template_command,
     write_json,
 )
-from train_speed import bake, load_package  # noqa: E402
 
 # One-sided Student t critical values at p = 0.01, by degrees of freedom.
 T_01 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998,
@@ -310,27 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         args.template_list.append((name, [f for f in flags.split(",") if f]))
     if args.skip_nanogpt and args.target is None:
         parser.error("--skip_nanogpt needs --target")
-    missing = [n for n in ("model.py", "train.py", "configurator.py")
-               if not (args.nanogpt / n).is_file()]  # fmt: skip
-    if missing:
-        parser.error(f"--nanogpt={args.nanogpt} lacks {', '.join(missing)}")
-    args.nanogpt = args.nanogpt.resolve()
+    check_nanogpt(parser, args)
     with tempfile.TemporaryDirectory(prefix="time-to-target-") as tmp:
         root = Path(tmp)
-        args.project = (args.project or bake(args.preset, root / "bake")).resolve()
-        pkg = load_package(args.project)
-        out = (args.out or root / "logs").resolve()
-        out.mkdir(parents=True, exist_ok=True)
-        cfg = parity_config(pkg, args, root / "data")
-        pkg.data.prepare(cfg, log=print)
-        device = pkg.device.pick_device(cfg.device)
-        print(
-            f"torch {torch.__version__}, {pkg.device.device_name(device)} ({device});"
-            f" preset {args.preset}, up to {args.iters} iterations, eval every"
-            f" {args.eval_interval} over {args.eval_iters} batches, compile"
-            f" {args.compile}",
-            flush=True,
-        )
+        pkg, cfg, out = prepare_run(args, root, f"up to {args.iters} iterations")
         runs = [] if args.skip_nanogpt else run_nanogpt(pkg, cfg, args, root, out)
         target = args.target
         if target is None:
