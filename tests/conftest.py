@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -36,6 +37,14 @@ import torch._subclasses.schema_check_mode  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Tests press Ctrl-C (SIGINT) on purpose: on the template's training runs and on
+# benchmark lock holders. A shell runs a background job (`cmd &`, no job
+# control) with SIGINT ignored, and an ignored signal stays ignored in every
+# child; Python then never raises KeyboardInterrupt. Restored here, the handler
+# is reset to the default in each process this one starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def yaml_gives_mps_kernel(overload: str) -> bool:

@@ -12,13 +12,21 @@ from {{ cookiecutter.package_name }}.optim import MuonAdamW, orthogonalize
 from {{ cookiecutter.package_name }}.train import lr_at, setup, train, train_step
 
 
-def test_orthogonalize_brings_every_singular_value_near_one(device):
+def test_orthogonalize_brings_the_singular_values_near_one(device):
     for shape in [(48, 16), (16, 48)]:
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         x[:, 0] *= 30  # badly conditioned, as gradients are
-        values = torch.linalg.svdvals(orthogonalize(x.to(device)).float().cpu())
-        # The quintic iteration trades exactness for speed: 0.7 to 1.2 or so.
-        assert values.min() > 0.5 and values.max() < 1.3, values
+        wide = orthogonalize(x.to(device)).float()
+        if shape[0] > shape[1]:
+            wide = wide.mT
+        # (O O^T - I) has the eigenvalues s^2 - 1 over O's singular values s:
+        # its Frobenius norm over sqrt(n) is their root mean square. The
+        # quintic iteration trades exactness for speed (s in 0.68 to 1.14 or so:
+        # 0.24 to 0.32); the input, normalised, reads 0.97.
+        n = wide.size(0)
+        gram = wide @ wide.mT
+        spread = (gram - torch.eye(n, device=device)).norm() / n**0.5
+        assert spread.item() < 0.4, spread
         assert orthogonalize(x.to(device)).shape == shape
         # A stack of matrices is orthogonalised matrix by matrix, in one call.
         stack = torch.stack([x, x.flip(0)]).to(device)
