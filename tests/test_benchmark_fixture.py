@@ -113,6 +113,37 @@ def test_pedantic_with_setup_and_several_iterations(pytester: pytest.Pytester) -
     run(pytester).assert_outcomes(passed=1)
 
 
+def test_a_cpu_benchmark_collects_garbage_once_per_measurement(
+    pytester: pytest.Pytester,
+) -> None:
+    # a full collection takes 0.15 s once torch is imported: one before the
+    # measurement (outside the lock), none inside it, none after on the CPU
+    pytester.makepyfile(
+        """
+        import gc
+
+        full = []
+
+        def count(phase, info):
+            if phase == "start" and info["generation"] == 2:
+                full.append(1)
+
+        def test_sum(mps_benchmark):
+            gc.callbacks.append(count)
+            try:
+                mps_benchmark.measure("a", sum, range(10))
+                mps_benchmark.measure("b", sum, range(10))
+            finally:
+                gc.callbacks.remove(count)
+            assert len(full) == 2
+
+        def test_after():
+            assert len(full) == 2  # the first test's end collected nothing
+        """
+    )
+    run(pytester).assert_outcomes(passed=2)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [

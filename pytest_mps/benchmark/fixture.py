@@ -192,6 +192,7 @@ class MpsBenchmark:
         turns = ab_baton.current()
         attempts = 0
         while True:
+            # garbage collected here, outside the lock: measure() need not again
             release_memory(self.synced_devices)
             if turns is not None:
                 turns.take()
@@ -204,6 +205,7 @@ class MpsBenchmark:
                     teardown=teardown,
                     probe=self._probe,
                     settings=settings,
+                    collect=False,
                 )
             attempts += 1
             self._waited[name] = self._waited.get(name, 0.0) + waited

@@ -319,11 +319,15 @@ def measure(
     teardown: Callable[..., Any] | None = None,
     probe: Probe | None = None,
     settings: Settings | None = None,
+    collect: bool = True,
 ) -> tuple[Result, Any]:
     """Time ``fn(*args, **kwargs)``; return the result and fn's last value.
 
     ``setup`` runs before each call and may return its ``(args, kwargs)``;
     ``teardown(*args, **kwargs)`` after each round, per call; both off the clock.
+    ``collect=False`` skips the ``gc.collect()`` before timing, for a caller that
+    has just collected (a full collection takes 0.15 s in a process that
+    imported torch).
     """
     probe = probe or Probe()
     settings = settings or Settings()
@@ -342,11 +346,13 @@ def measure(
                 teardown=teardown,
                 probe=probe,
                 settings=settings._replace(timer=None),
+                collect=collect,
             )
         finally:
             clock = before
     runner = _Runner(fn, args, dict(kwargs or {}), setup, probe, teardown)
-    gc.collect()
+    if collect:
+        gc.collect()
     probe.reset_peak_memory()
     cost = sync_cost(probe)
     first: float | None = None
