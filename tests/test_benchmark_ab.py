@@ -83,6 +83,11 @@ def test_a_slower_tree_is_caught_and_both_sides_are_kept(repo: pytest.Pytester) 
     # every pair read six times the work, block by block
     assert len(record["pair_ratios"]) == 5
     assert all(r > 2 for r in record["pair_ratios"])
+    # and the blocks behind each pair's ratio are kept, both sides
+    assert len(record["pair_blocks"]) == 5
+    for base_blocks, here_blocks in record["pair_blocks"]:
+        assert len(base_blocks) == len(here_blocks) == 10
+        assert sorted(here_blocks)[5] > 2 * sorted(base_blocks)[5]
     assert record["p"] == 1 / 32
     assert record["verdict"] == "slower" and record["ratio"] > 2
     low, high = record["ratio_ci95"]

@@ -92,6 +92,8 @@ class Outcome:
     p: float
     regressed: bool
     improved: bool
+    #: each pair's block medians, (base, here), in pair order
+    blocks: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON record."""
@@ -99,6 +101,7 @@ class Outcome:
             "base_medians": list(self.base),
             "here_medians": list(self.here),
             "pair_ratios": list(self.pairs),
+            "pair_blocks": [[list(b), list(h)] for b, h in self.blocks],
             "ratio": self.ratio,
             "ratio_ci95": [self.low, self.high],
             "p": self.p,
@@ -341,9 +344,9 @@ def run(
     base, here = base_side.medians, here_side.medians
     outcomes = []
     for name in sorted(set(base) & set(here)):
-        pairs = pair_ratios(
-            base_side.blocks.get(name, {}), here_side.blocks.get(name, {})
-        )
+        base_blocks = base_side.blocks.get(name, {})
+        here_blocks = here_side.blocks.get(name, {})
+        pairs = pair_ratios(base_blocks, here_blocks)
         if len(pairs) < 2:
             continue
         ratio, low, high, p, slower, faster = compare(pairs, floor)
@@ -359,6 +362,10 @@ def run(
                 p,
                 slower,
                 faster,
+                tuple(
+                    (tuple(base_blocks[i]), tuple(here_blocks[i]))
+                    for i in sorted(set(base_blocks) & set(here_blocks))
+                ),
             )
         )
     return Report(
