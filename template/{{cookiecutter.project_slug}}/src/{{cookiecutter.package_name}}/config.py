@@ -165,6 +165,12 @@ class Config:
     )
     eval_interval: int = _opt(250, "evaluate and checkpoint every this many steps")
     eval_iters: int = _opt(20, "batches per split for each evaluation")
+    eval_chunk: int = _opt(
+        1,
+        "evaluation batches per forward pass: the same batches and mean in fewer,"
+        " larger passes (faster where each pass is launch-bound, as uncompiled on"
+        " a GPU); more memory",
+    )
     log_interval: int = _opt(10, "read the loss from the device every this many steps")
     always_save_checkpoint: bool = _opt(
         True, "checkpoint at every evaluation; false: only when val loss improves"
@@ -411,6 +417,7 @@ def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
         "gradient_accumulation_steps",
         "eval_interval",
         "eval_iters",
+        "eval_chunk",
         "log_interval",
         "num_samples",
         "bench_iters",
