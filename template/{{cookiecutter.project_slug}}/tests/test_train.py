@@ -60,7 +60,8 @@ def test_the_loss_falls_over_a_few_steps(small_config):
     (_, _, val_before), (_, _, val_after) = result.evals
     assert val_after < val_before - 0.5, out
     assert result.losses[-1][1] < result.losses[0][1]
-    assert "loss" in out and "ms/iter" in out
+    # ms/iter, or s/iter on a machine busy enough to take a second per step
+    assert "loss" in out and re.search(r"\d m?s/iter", out), out
 
 
 def test_training_on_the_device_gives_the_cpus_losses(small_config, device):
@@ -80,9 +81,9 @@ def test_training_on_the_device_gives_the_cpus_losses(small_config, device):
 def test_mfu_is_reported_from_the_table_or_said_to_be_unknown(small_config, device):
     _, out = run(replace(small_config, log_interval=2))
     if peak_flops(device, torch.float32) is None:  # the CPU, unlisted GPUs
-        assert "MFU unknown for" in out and "ms/iter, mfu" not in out
+        assert "MFU unknown for" in out and "s/iter, mfu" not in out
     else:
-        assert re.search(r"ms/iter, mfu \d+\.\d%", out), out
+        assert re.search(r"m?s/iter, mfu \d+\.\d%", out), out
 
 
 @pytest.mark.skip_device("mps", "cuda", reason=NOT_BITWISE)
@@ -354,36 +355,6 @@ def test_eval_chunk_evaluates_the_same_batches_in_fewer_passes(small_config):
     assert one_by_one is not None and chunked is not None
     for split in ("train", "val"):
         assert chunked[split] == pytest.approx(one_by_one[split], rel=1e-5)
-
-
-def test_a_compiled_run_freezes_the_heap_once_and_leaves_others_freezes_alone(
-    small_config,
-):
-    # what compiling leaves on the heap is frozen after the first step (the loop
-    # freezes where freeze_after_step says) and unfrozen at the end; a caller's
-    # own gc.freeze() is never undone, so then nothing is frozen by the run
-    import gc
-
-    from {{ cookiecutter.package_name }}.train import _frozen_after_compiling
-
-    t = setup(replace(small_config, compile="true"), log=lambda _: None)
-    assert gc.get_freeze_count() == 0
-    with _frozen_after_compiling(t):
-        assert t.freeze_after_step
-        t.freeze_after_step = False  # as the loop does after its first step
-        gc.freeze()
-    assert gc.get_freeze_count() == 0
-    gc.freeze()  # the caller's
-    frozen = gc.get_freeze_count()
-    try:
-        with _frozen_after_compiling(t):
-            assert not t.freeze_after_step
-        assert gc.get_freeze_count() == frozen
-    finally:
-        gc.unfreeze()
-    uncompiled = setup(small_config, log=lambda _: None)
-    with _frozen_after_compiling(uncompiled):
-        assert not uncompiled.freeze_after_step
 
 
 def test_target_val_loss_stops_at_the_first_evaluation_that_reaches_it(small_config):

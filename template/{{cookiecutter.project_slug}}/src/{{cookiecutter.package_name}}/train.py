@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -73,7 +73,6 @@ class Trainer:
     losses: list[tuple[int, float]] = field(default_factory=list)
     evals: list[tuple[int, float, float]] = field(default_factory=list)
     compile_mode: str = "off"  # the torch.compile mode in use, or off
-    freeze_after_step: bool = False  # gc.freeze() after the next step (compiled)
     # The run's clock: seconds since train() began, plus earlier processes' time
     # (resumed runs), at each evaluation's end and each logged loss.
     eval_seconds: dict[int, float] = field(default_factory=dict)
@@ -592,31 +591,13 @@ def train(
         stop = stack.enter_context(
             runs.StopSignal(announce=dist.is_main, repeat_quits=not dist.enabled)
         )
-        with cuda_fast_matmul(t.runtime.device), _frozen_after_compiling(t):
+        with cuda_fast_matmul(t.runtime.device):
             result = _loop(t, progress, stop)
         # DDP's reducer holds the process group: it goes first, as PyTorch's
         # shutdown notes ask (a gloo rank outliving it aborted at exit, rarely)
         del t
         gc.collect()
     return result
-
-
-@contextlib.contextmanager
-def _frozen_after_compiling(t: Trainer) -> Iterator[None]:
-    """Compiled runs freeze the heap after their first step; undone at the end.
-
-    Compiling leaves millions of Python objects that every full garbage
-    collection walks again: on an H200 the first 500 steps of a cold compiled run
-    took 10-14 ms where later ones took 7. Freezing (gc.freeze) leaves them out
-    of collections. Only where nothing else froze objects: unfreezing is global.
-    """
-    ours = t.runtime.compile and gc.get_freeze_count() == 0
-    t.freeze_after_step = ours
-    try:
-        yield
-    finally:
-        if ours and not t.freeze_after_step:  # it froze: undo it
-            gc.unfreeze()
 
 
 def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
@@ -690,11 +671,6 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
             group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's: muon_lr's share
         loss = train_step(t)
         t.iter_num += 1
-        if t.freeze_after_step:
-            # compiled: what compiling left on the heap, out of the collector's way
-            t.freeze_after_step = False
-            gc.collect()
-            gc.freeze()
         if it % cfg.log_interval == 0 or t.iter_num == cfg.max_iters:
             # The one host read, every log_interval steps (the mean over ranks;
             # under torchrun the same collective tells whether any rank stops).
