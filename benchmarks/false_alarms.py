@@ -33,7 +33,12 @@ Run:  python benchmarks/false_alarms.py --ab [--runs 25] [--processes 7]
           [--keep DIR]
       python benchmarks/false_alarms.py --rescore DIR
 ``--rescore`` scores kept sessions again with their first 5, 6, ... pairs:
-what fewer pairs would have given, from the same measurements.
+what fewer pairs would have given, from the same measurements. Sessions whose
+JSON keeps each pair's blocks (``pair_blocks``) are also scored with other pair
+statistics (the ratio of the fastest blocks, of the median blocks) over their
+first 10, 20, ... blocks; a gate measuring more blocks than its 10 (to score
+30, set ``BLOCKS = 30`` in ``pytest_mps/benchmark/baton.py`` of a copy on
+PYTHONPATH) measures its first 10 exactly as the gate does.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from xdist_lock import tests_source
 
@@ -428,6 +434,61 @@ def rescore(folder: Path) -> None:
             f"{caught} of {slowed} ({caught / slowed:.0%}, 95% CI {low:.0%} "
             f"to {high:.0%})"
         )
+    if all("pair_blocks" in b for s in sessions for b in s["benchmarks"].values()):
+        rescore_blocks(sessions, most)
+
+
+def _pair_statistic(kind: str, base: list[float], here: list[float]) -> float:
+    """One pair's ratio (here over base) from its blocks, by ``kind``."""
+    import statistics
+
+    if kind == "median of block ratios":  # the gate's own
+        return statistics.median(h / b for b, h in zip(base, here, strict=False))
+    if kind == "ratio of fastest blocks":
+        return min(here) / min(base)
+    if kind == "ratio of median blocks":
+        return statistics.median(here) / statistics.median(base)
+    raise ValueError(kind)
+
+
+def rescore_blocks(sessions: list[dict[str, Any]], pairs_kept: int) -> None:
+    """Other pair statistics from the kept blocks: the first k blocks of each."""
+    from pytest_mps.benchmark import pairs
+
+    blocks = min(
+        len(side)
+        for s in sessions
+        for b in s["benchmarks"].values()
+        for pair in b["pair_blocks"]
+        for side in pair
+    )
+    print(f"pair statistics from the kept blocks (up to {blocks} a pair):")
+    kinds = (
+        "median of block ratios",
+        "ratio of fastest blocks",
+        "ratio of median blocks",
+    )
+    for kind in kinds:
+        for count in sorted({min(10, blocks), min(20, blocks), blocks}):
+            for first in sorted({5, pairs_kept}):
+                counts = {"same": [0, 0], "slowed": [0, 0]}
+                for session in sessions:
+                    for name, found in session["benchmarks"].items():
+                        ratios = [
+                            _pair_statistic(kind, base[:count], here[:count])
+                            for base, here in found["pair_blocks"][:first]
+                        ]
+                        slower = pairs.compare(ratios, float(session["floor"]))[4]
+                        kind_of = "same" if "same" in name else "slowed"
+                        counts[kind_of][0] += slower
+                        counts[kind_of][1] += 1
+                (alarms, same), (caught, slowed) = counts["same"], counts["slowed"]
+                low, high = wilson(caught, slowed)
+                print(
+                    f"  {kind}, {count} blocks, {first} pairs: false alarms {alarms}"
+                    f" of {same}; caught {caught} of {slowed} ({caught / slowed:.0%},"
+                    f" 95% CI {low:.0%} to {high:.0%})"
+                )
 
 
 if __name__ == "__main__":
