@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -407,9 +408,30 @@ def ab_mode(
         print(f"  missed: {line}")
 
 
+def score(
+    sessions: list[dict[str, Any]], ratios: Callable[[dict[str, Any]], list[float]]
+) -> str:
+    """False alarms and power over the sessions, pairs' ratios from ``ratios``."""
+    from pytest_mps.benchmark import pairs
+
+    counts = {"same": [0, 0], "slowed": [0, 0]}
+    for session in sessions:
+        for name, found in session["benchmarks"].items():
+            slower = pairs.compare(ratios(found), float(session["floor"]))[4]
+            kind = "same" if "same" in name else "slowed"
+            counts[kind][0] += slower
+            counts[kind][1] += 1
+    (alarms, same), (caught, slowed) = counts["same"], counts["slowed"]
+    low, high = wilson(caught, slowed)
+    return (
+        f"false alarms {alarms} of {same}; power for 10% {caught} of {slowed}"
+        f" ({caught / slowed:.0%}, 95% CI {low:.0%} to {high:.0%})"
+    )
+
+
 def rescore(folder: Path) -> None:
     """The kept sessions' verdicts had they run only their first k pairs."""
-    from pytest_mps.benchmark import ab, pairs
+    from pytest_mps.benchmark import ab
 
     sessions = [json.loads(p.read_text()) for p in sorted(folder.glob("ab*.json"))]
     if not sessions:
@@ -419,21 +441,8 @@ def rescore(folder: Path) -> None:
     )
     print(f"{len(sessions)} sessions, {most} pairs each, scored again at {GATE}")
     for first in range(ab.MIN_PROCESSES, most + 1):
-        counts = {"same": [0, 0], "slowed": [0, 0]}
-        for session in sessions:
-            for name, found in session["benchmarks"].items():
-                ratios = found["pair_ratios"][:first]
-                slower = pairs.compare(ratios, float(session["floor"]))[4]
-                kind = "same" if "same" in name else "slowed"
-                counts[kind][0] += slower
-                counts[kind][1] += 1
-        (alarms, same), (caught, slowed) = counts["same"], counts["slowed"]
-        low, high = wilson(caught, slowed)
-        print(
-            f"{first} pairs: false alarms {alarms} of {same}; power for 10% "
-            f"{caught} of {slowed} ({caught / slowed:.0%}, 95% CI {low:.0%} "
-            f"to {high:.0%})"
-        )
+        verdicts = score(sessions, lambda found, k=first: found["pair_ratios"][:k])
+        print(f"{first} pairs: {verdicts}")
     if all("pair_blocks" in b for s in sessions for b in s["benchmarks"].values()):
         rescore_blocks(sessions, most)
 
@@ -453,7 +462,6 @@ def _pair_statistic(kind: str, base: list[float], here: list[float]) -> float:
 
 def rescore_blocks(sessions: list[dict[str, Any]], pairs_kept: int) -> None:
     """Other pair statistics from the kept blocks: the first k blocks of each."""
-    from pytest_mps.benchmark import pairs
 
     blocks = min(
         len(side)
@@ -471,24 +479,20 @@ def rescore_blocks(sessions: list[dict[str, Any]], pairs_kept: int) -> None:
     for kind in kinds:
         for count in sorted({min(10, blocks), min(20, blocks), blocks}):
             for first in sorted({5, pairs_kept}):
-                counts = {"same": [0, 0], "slowed": [0, 0]}
-                for session in sessions:
-                    for name, found in session["benchmarks"].items():
-                        ratios = [
-                            _pair_statistic(kind, base[:count], here[:count])
-                            for base, here in found["pair_blocks"][:first]
-                        ]
-                        slower = pairs.compare(ratios, float(session["floor"]))[4]
-                        kind_of = "same" if "same" in name else "slowed"
-                        counts[kind_of][0] += slower
-                        counts[kind_of][1] += 1
-                (alarms, same), (caught, slowed) = counts["same"], counts["slowed"]
-                low, high = wilson(caught, slowed)
-                print(
-                    f"  {kind}, {count} blocks, {first} pairs: false alarms {alarms}"
-                    f" of {same}; caught {caught} of {slowed} ({caught / slowed:.0%},"
-                    f" 95% CI {low:.0%} to {high:.0%})"
-                )
+
+                def ratios(
+                    found: dict[str, Any],
+                    kind: str = kind,
+                    count: int = count,
+                    first: int = first,
+                ) -> list[float]:
+                    return [
+                        _pair_statistic(kind, base[:count], here[:count])
+                        for base, here in found["pair_blocks"][:first]
+                    ]
+
+                print(f"  {kind}, {count} blocks, {first} pairs: "
+                      f"{score(sessions, ratios)}")  # fmt: skip
 
 
 if __name__ == "__main__":
