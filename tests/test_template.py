@@ -46,6 +46,7 @@ PACKAGE_FILES = (
     "device.py",
     "distributed.py",
     "errors.py",
+    "eval_graph.py",
     "files.py",
     "model.py",
     "optim.py",

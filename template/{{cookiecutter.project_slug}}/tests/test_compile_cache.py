@@ -36,3 +36,17 @@ def test_a_cache_folder_the_user_chose_is_kept(
     assert (folder, warm) == (mine, False)
     assert os.environ[compile_cache.VARIABLE] == str(mine)
     assert not (tmp_path / "out").exists()
+
+
+def test_compile_workers_start_before_the_first_compile(device) -> None:
+    import torch
+
+    if device.type != "cuda":
+        pytest.skip("PyTorch keeps compile workers for Triton, on CUDA here")
+    from torch._inductor import async_compile
+
+    pools = getattr(async_compile, "_pool_set", None)
+    if pools is None:
+        pytest.skip(f"torch {torch.__version__} keeps its compile workers elsewhere")
+    assert compile_cache.start_workers()
+    assert len(pools) >= 1  # started, not waiting for the first compile

@@ -101,4 +101,9 @@ def test_muon_steps_along_the_orthogonalised_nesterov_momentum(device, momentum)
         buf = momentum * buf + (1 - momentum) * grad
         direction = orthogonalize(grad + momentum * (buf - grad))
         expected = before - 0.1 * (8 / 4) ** 0.5 * direction
-        torch.testing.assert_close(w.detach(), expected, atol=1e-5, rtol=1e-4)
+        # bfloat16 Newton-Schulz on CUDA: the blend's last-bit differences
+        # come out of it about 1e-3 apart; float32 elsewhere
+        tol = {"atol": 3e-3, "rtol": 1e-2} if device.type == "cuda" else {}
+        torch.testing.assert_close(
+            w.detach(), expected, **(tol or {"atol": 1e-5, "rtol": 1e-4})
+        )

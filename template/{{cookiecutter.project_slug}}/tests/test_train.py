@@ -18,7 +18,7 @@ from {{ cookiecutter.package_name }}.cli import main
 from {{ cookiecutter.package_name }}.config import replace
 from {{ cookiecutter.package_name }}.data import prepare
 from {{ cookiecutter.package_name }}.device import peak_flops
-from {{ cookiecutter.package_name }}.errors import CheckpointError, ConfigError
+from {{ cookiecutter.package_name }}.errors import CheckpointError, ConfigError, DeviceError
 from {{ cookiecutter.package_name }}.sample import sample
 from {{ cookiecutter.package_name }}.train import (
     Progress,
@@ -355,6 +355,41 @@ def test_eval_chunk_evaluates_the_same_batches_in_fewer_passes(small_config):
     assert one_by_one is not None and chunked is not None
     for split in ("train", "val"):
         assert chunked[split] == pytest.approx(one_by_one[split], rel=1e-5)
+
+
+def test_eval_graph_gives_the_plain_models_losses_as_the_weights_change(
+    small_config, device
+):
+    if device.type != "cuda":
+        pytest.skip("CUDA graphs exist on CUDA only")
+    cfg = replace(small_config, eval_iters=5, eval_chunk=2, dtype="auto",
+                  compile="false", eval_graph="true")  # fmt: skip
+    t = setup(cfg, log=lambda _: None)
+    graphed = t.graphed_loss
+    assert graphed is not None
+    for _ in range(2):  # after a step, the graphs must read the new weights
+        with_graphs = evaluate(t)
+        t.graphed_loss = None
+        plain = evaluate(t)
+        t.graphed_loss = graphed
+        assert with_graphs is not None and plain is not None
+        for split in ("train", "val"):
+            # the same kernels, replayed: equal up to summation order
+            assert with_graphs[split] == pytest.approx(plain[split], rel=1e-4)
+        before = plain["val"]
+        train_step(t)
+    assert evaluate(t)["val"] != before
+    # passes of 2 and of 1 batch: one graph per shape
+    assert len(graphed.graphs) == 2
+
+
+def test_eval_graph_true_off_cuda_is_refused_by_name(small_config, device):
+    if device.type == "cuda":
+        pytest.skip("a CUDA run may ask for evaluation graphs")
+    with pytest.raises(DeviceError, match=r"--eval_graph=true needs a CUDA device"):
+        setup(replace(small_config, eval_graph="true"), log=lambda _: None)
+    t = setup(small_config, log=lambda _: None)  # auto: no graphs here
+    assert t.graphed_loss is None
 
 
 def test_target_val_loss_stops_at_the_first_evaluation_that_reaches_it(small_config):

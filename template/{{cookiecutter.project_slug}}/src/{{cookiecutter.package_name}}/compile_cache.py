@@ -39,3 +39,19 @@ def describe(folder: Path, warm: bool) -> str:
     if warm:
         return f"compile cache: {folder} (warm: compiled code from an earlier run)"
     return f"compile cache: {folder} (cold: the first compile here takes a while)"
+
+
+def start_workers() -> bool:
+    """Start torch.compile's compile worker processes now; True if PyTorch can.
+
+    PyTorch starts them at the first compile, after tracing the model; each
+    imports torch first, which takes seconds. Started before the data loads and
+    the model is built, they are ready by the time Triton has kernels to compile.
+    A private PyTorch function: where a version lacks it, nothing changes.
+    """
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+    except ImportError:
+        return False
+    maybe_warm_pool()
+    return True

@@ -86,6 +86,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "init_from": ("scratch", "resume"),
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile": ("auto", "true", "false"),
+    "eval_graph": ("auto", "true", "false"),
     "optimizer": ("adamw", "muon"),
     "compile_mode": (
         "auto",
@@ -170,6 +171,12 @@ class Config:
         "evaluation batches per forward pass: the same batches and mean in fewer,"
         " larger passes (faster where each pass is launch-bound, as uncompiled on"
         " a GPU); more memory",
+    )
+    eval_graph: str = _opt(
+        "auto",
+        "evaluation passes as CUDA graphs of the uncompiled model: auto (on CUDA),"
+        " true, false (the training model, compiled when compile is on: a second"
+        " compile); graphs keep their memory between evaluations",
     )
     log_interval: int = _opt(10, "read the loss from the device every this many steps")
     always_save_checkpoint: bool = _opt(

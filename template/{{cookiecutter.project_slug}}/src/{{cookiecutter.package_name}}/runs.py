@@ -42,6 +42,7 @@ RUN_FILES = ("ckpt.pt", "loss.csv", "loss.png")
 # settings that say what to do with the checkpoint itself.
 NOT_INHERITED = (
     *MACHINE_SETTINGS,
+    "eval_graph",
     "init_from",
     "overwrite",
     "allow_changes",

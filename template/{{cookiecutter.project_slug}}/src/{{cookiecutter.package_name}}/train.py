@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, compile_cache, distributed, optim, report, runs
+from . import checkpoint, compile_cache, distributed, eval_graph, optim, report, runs
 from .config import PRESETS, Config
 from .config import replace as replace_config
 from .data import Batches, load_dataset
@@ -73,6 +73,8 @@ class Trainer:
     losses: list[tuple[int, float]] = field(default_factory=list)
     evals: list[tuple[int, float, float]] = field(default_factory=list)
     compile_mode: str = "off"  # the torch.compile mode in use, or off
+    # evaluation passes as CUDA graphs of `model` (--eval_graph); None: step_model
+    graphed_loss: eval_graph.GraphedLoss | None = None
     # The run's clock: seconds since train() began, plus earlier processes' time
     # (resumed runs), at each evaluation's end and each logged loss.
     eval_seconds: dict[int, float] = field(default_factory=dict)
@@ -183,9 +185,13 @@ def create(
         splits["train"], gpt_config.block_size, cfg.batch_size, cfg.seed, "train",
         slots=range(first, first + micro_steps),
     )  # fmt: skip
+    graphed = None
+    if eval_graph.wanted(cfg.eval_graph, runtime.device):
+        graphed = eval_graph.GraphedLoss(model, runtime.dtype)
     return Trainer(
         cfg, runtime, model, step_model, ddp, dist, micro_steps, optimizer, scaler,
         batches, splits, tokenizer_meta, compile_mode=compile_mode,
+        graphed_loss=graphed,
     )  # fmt: skip
 
 
@@ -243,7 +249,10 @@ def setup(
     runtime = make_runtime(cfg.device, cfg.dtype, cfg.compile)
     if runtime.compile:
         # before anything compiles: a later run of out_dir starts warm
-        log(compile_cache.describe(*compile_cache.use(cfg.out_dir)))
+        folder, warm = compile_cache.use(cfg.out_dir)
+        log(compile_cache.describe(folder, warm))
+        if not warm:  # a warm start's kernels are compiled already
+            compile_cache.start_workers()  # while the data loads
     if cfg.init_from == "scratch":
         dataset = load_dataset(cfg)
         splits = _to_device(dataset.train, dataset.val, runtime)
@@ -373,8 +382,11 @@ def evaluate(
                 drawn = [batches.next() for _ in range(n)]
                 x = torch.cat([b[0] for b in drawn]) if n > 1 else drawn[0][0]
                 y = torch.cat([b[1] for b in drawn]) if n > 1 else drawn[0][1]
-                with t.runtime.autocast:
-                    _, loss = t.step_model(x, y)
+                if t.graphed_loss is not None:
+                    loss = t.graphed_loss(x, y)  # overwritten by the next pass
+                else:
+                    with t.runtime.autocast:
+                        _, loss = t.step_model(x, y)
                 total += loss.float() * n
                 left -= n
                 done += n
