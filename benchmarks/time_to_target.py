@@ -31,6 +31,11 @@ is below the target by modded-nanogpt's record rule (a one-sided t-test over
 the seeds, p < 0.01); and the mean time to target is at most --goal times
 nanoGPT's mean time to its best (cold starts both).
 
+Seeds run in several calls (a lent GPU's 10-minute limit) are scored together
+from their logs, the same verdict over all of them:
+
+    python benchmarks/time_to_target.py --rescore LOGS1 LOGS2 ...
+
 On a CPU (the tiny preset, no compilation), a check of the script and its CPU
 figure:
 
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -190,6 +196,60 @@ def run_template(pkg, cfg, args, root, out, target, runs) -> list[dict[str, Any]
     return runs
 
 
+LOG_NAME = re.compile(
+    r"^(?P<program>.+)-seed(?P<seed>\d+)(?:-(?P<start>cold|warm))?\.log$"
+)
+
+
+def runs_from_logs(folders: list[Path], target: float | None) -> tuple[list, float]:
+    """The runs that the logs in `folders` record, and the target they are scored
+    against: `target`, or the mean of nanoGPT's best val losses in those logs.
+
+    Each log line is "SECONDS  LINE" as run_timed writes it, so several
+    invocations' runs (seeds spread over calls) are scored as one set.
+    """
+    runs: list[dict[str, Any]] = []
+    seen: set[tuple[str, int, str]] = set()
+    for folder in folders:
+        logs = sorted(folder.glob("*.log"))
+        if not logs:
+            raise SystemExit(
+                f"--rescore {folder}: no run logs (NAME-seedN[-START].log)"
+            )
+        for log in logs:
+            m = LOG_NAME.match(log.name)
+            if m is None:
+                continue
+            program, seed = m["program"], int(m["seed"])
+            start = m["start"] or "cold"
+            key = (program, seed, start)
+            if key in seen:
+                raise SystemExit(
+                    f"--rescore: {program} seed {seed} {start} twice ({log})"
+                )
+            seen.add(key)
+            evals = []
+            for line in log.read_text(errors="replace").splitlines()[1:]:
+                stamp, _, text = line.strip().partition("  ")
+                if e := EVAL_LINE.match(text.strip()):
+                    evals.append((int(e[1]), float(e[3]), float(stamp)))
+            record: dict[str, Any] = {"program": program, "seed": seed,
+                                      "start": start, "evals": evals,
+                                      "status": "from its log", "tail": ""}  # fmt: skip
+            if program == "nanogpt":
+                record["best"] = best(evals)
+            runs.append(record)
+    if target is None:
+        bests = [r["best"][1] for r in runs if r.get("best")]
+        if not bests:
+            raise SystemExit("--rescore: no nanoGPT log with a val loss; pass --target")
+        target = statistics.fmean(bests)
+    for r in runs:
+        if r["program"] != "nanogpt":
+            r["reached"] = reached(r["evals"], target)
+    return runs, target
+
+
 def summary_line(r: dict[str, Any]) -> str:
     what = ""
     if r.get("best"):
@@ -270,7 +330,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--nanogpt", type=Path, required=True, help="a nanoGPT checkout"
+        "--nanogpt", type=Path, help="a nanoGPT checkout (not for --rescore)"
     )
     parser.add_argument("--project", type=Path, help="an already baked project")
     parser.add_argument("--preset", default="shakespeare_char")
@@ -298,7 +358,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nanogpt_only", action="store_true",
                         help="nanoGPT runs and their target only")  # fmt: skip
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--rescore", type=Path, nargs="+", metavar="DIR",
+                        help="score the run logs in these --out folders together"
+                        " (seeds run in several calls); runs nothing")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.rescore:
+        runs, target = runs_from_logs(args.rescore, args.target)
+        for r in runs:
+            print(summary_line(r))
+        return 0 if verdict(runs, target, args.goal, args.nanogpt_seconds) else 1
+    if args.nanogpt is None:
+        parser.error("--nanogpt is required (except with --rescore)")
     args.seed_list = [int(s) for s in args.seeds.split(",")]
     args.template_list = []
     for item in args.template or ["template:"]:
