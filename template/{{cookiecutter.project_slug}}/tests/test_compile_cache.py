@@ -38,15 +38,17 @@ def test_a_cache_folder_the_user_chose_is_kept(
     assert not (tmp_path / "out").exists()
 
 
-def test_compile_workers_start_before_the_first_compile(device) -> None:
-    import torch
+def test_compile_workers_start_before_the_first_compile_where_triton_compiles():
+    import importlib.util
 
-    if device.type != "cuda":
-        pytest.skip("PyTorch keeps compile workers for Triton, on CUDA here")
     from torch._inductor import async_compile
 
-    pools = getattr(async_compile, "_pool_set", None)
-    if pools is None:
-        pytest.skip(f"torch {torch.__version__} keeps its compile workers elsewhere")
+    # PyTorch keeps a pool of worker processes for Triton's kernels, where
+    # Triton is installed (CUDA builds) and it compiles in several processes;
+    # elsewhere starting them early starts nothing
+    expected = (
+        importlib.util.find_spec("triton") is not None
+        and async_compile.get_compile_threads() > 1
+    )
     assert compile_cache.start_workers()
-    assert len(pools) >= 1  # started, not waiting for the first compile
+    assert bool(getattr(async_compile, "_pool_set", ())) == expected

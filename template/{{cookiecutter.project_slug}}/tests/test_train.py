@@ -357,18 +357,32 @@ def test_eval_chunk_evaluates_the_same_batches_in_fewer_passes(small_config):
         assert chunked[split] == pytest.approx(one_by_one[split], rel=1e-5)
 
 
-def test_eval_graph_gives_the_plain_models_losses_as_the_weights_change(
+def test_eval_graph_on_cuda_gives_the_plain_models_losses_and_is_refused_elsewhere(
     small_config, device
 ):
     if device.type != "cuda":
-        pytest.skip("CUDA graphs exist on CUDA only")
+        # no graphs to capture: auto goes without, and true is refused by name
+        with pytest.raises(DeviceError, match=r"--eval_graph=true needs a CUDA"):
+            setup(replace(small_config, eval_graph="true"), log=lambda _: None)
+        assert setup(small_config, log=lambda _: None).graphed_loss is None
+        return
     cfg = replace(small_config, eval_iters=5, eval_chunk=2, dtype="auto",
-                  compile="false", eval_graph="true")  # fmt: skip
+                  compile="false", eval_graph="auto")  # fmt: skip
     t = setup(cfg, log=lambda _: None)
     graphed = t.graphed_loss
     assert graphed is not None
+    graphs = []  # after each pass, how many graphs exist
+
+    def count(done):
+        graphs.append(len(graphed.graphs))
+        return True
+
     for _ in range(2):  # after a step, the graphs must read the new weights
-        with_graphs = evaluate(t)
+        graphs.clear()
+        with_graphs = evaluate(t, count)
+        # passes of 2, 2 and 1 batches: one graph per shape, both splits reuse
+        # them, and the evaluation's end frees them
+        assert graphs == [1, 1, 2, 2, 2, 2] and not graphed.graphs
         t.graphed_loss = None
         plain = evaluate(t)
         t.graphed_loss = graphed
@@ -379,17 +393,6 @@ def test_eval_graph_gives_the_plain_models_losses_as_the_weights_change(
         before = plain["val"]
         train_step(t)
     assert evaluate(t)["val"] != before
-    # passes of 2 and of 1 batch: one graph per shape
-    assert len(graphed.graphs) == 2
-
-
-def test_eval_graph_true_off_cuda_is_refused_by_name(small_config, device):
-    if device.type == "cuda":
-        pytest.skip("a CUDA run may ask for evaluation graphs")
-    with pytest.raises(DeviceError, match=r"--eval_graph=true needs a CUDA device"):
-        setup(replace(small_config, eval_graph="true"), log=lambda _: None)
-    t = setup(small_config, log=lambda _: None)  # auto: no graphs here
-    assert t.graphed_loss is None
 
 
 def test_target_val_loss_stops_at_the_first_evaluation_that_reaches_it(small_config):

@@ -176,7 +176,7 @@ class Config:
         "auto",
         "evaluation passes as CUDA graphs of the uncompiled model: auto (on CUDA),"
         " true, false (the training model, compiled when compile is on: a second"
-        " compile); graphs keep their memory between evaluations",
+        " compile); captured at each evaluation's start, freed at its end",
     )
     log_interval: int = _opt(10, "read the loss from the device every this many steps")
     always_save_checkpoint: bool = _opt(

@@ -38,12 +38,15 @@ def wanted(setting: str, device: torch.device) -> bool:
 class GraphedLoss:
     """`loss = graphed(x, y)`: the model's mean loss over a batch, in eval mode.
 
-    One graph per (x, y) shape, captured at its first call. The returned tensor
-    is the graph's own output: the next call overwrites it, so read or
-    accumulate it first (stream order makes `total += loss` safe). The graph
-    reads the parameters' memory, so optimizer steps in place are seen; call
-    it only under `torch.no_grad()` with the model in eval mode, as it was
-    captured (no dropout, hence no random numbers in the graph).
+    One graph per (x, y) shape, captured at its first call; `release()` frees
+    them all. evaluate() releases them at its end, so their activations do not
+    stay allocated between evaluations: capturing again costs a few passes,
+    against the hundreds an evaluation makes. The returned tensor is the
+    graph's own output: the next call overwrites it, so read or accumulate it
+    first (stream order makes `total += loss` safe). The graph reads the
+    parameters' memory, so optimizer steps in place are seen; call it only
+    under `torch.no_grad()` with the model in eval mode, as it was captured (no
+    dropout, hence no random numbers in the graph).
     """
 
     def __init__(self, model: GPT, dtype: torch.dtype) -> None:
@@ -79,6 +82,10 @@ class GraphedLoss:
         with torch.cuda.graph(graph):
             loss = self._pass(static_x, static_y)
         return static_x, static_y, loss, graph
+
+    def release(self) -> None:
+        """Drop every graph and its memory; the next call captures again."""
+        self.graphs.clear()
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         key = (x.shape, y.shape)

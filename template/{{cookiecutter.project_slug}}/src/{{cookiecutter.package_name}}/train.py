@@ -396,6 +396,8 @@ def evaluate(
             # printed and decides whether to checkpoint.
             means[name] = total.item() / t.cfg.eval_iters
     finally:
+        if t.graphed_loss is not None:
+            t.graphed_loss.release()  # its memory is training's again
         t.model.train()
     return means
 
