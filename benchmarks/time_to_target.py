@@ -211,15 +211,15 @@ def runs_from_logs(folders: list[Path], target: float | None) -> tuple[list, flo
     runs: list[dict[str, Any]] = []
     seen: set[tuple[str, int, str]] = set()
     for folder in folders:
-        logs = sorted(folder.glob("*.log"))
-        if not logs:
+        matched = [
+            (log, m) for log in sorted(folder.glob("*.log"))
+            if (m := LOG_NAME.match(log.name))
+        ]  # fmt: skip
+        if not matched:
             raise SystemExit(
                 f"--rescore {folder}: no run logs (NAME-seedN[-START].log)"
             )
-        for log in logs:
-            m = LOG_NAME.match(log.name)
-            if m is None:
-                continue
+        for log, m in matched:
             program, seed = m["program"], int(m["seed"])
             start = m["start"] or "cold"
             key = (program, seed, start)

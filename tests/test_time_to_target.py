@@ -61,5 +61,7 @@ def test_a_run_found_twice_or_no_logs_is_refused(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "nanogpt seed 1 cold twice" in done.stderr
     (tmp_path / "empty").mkdir()
-    done = rescore(tmp_path / "empty")
+    (tmp_path / "empty" / "notes.log").write_text("not a run's log\n")
+    done = rescore(tmp_path / "empty", "--target", "1.3")  # no silent pass
+    assert done.returncode != 0
     assert "no run logs" in done.stderr
