@@ -71,6 +71,9 @@ INI_NAMES = (
     "mps_emulate",
     "mps_emulate_macos",
     "mps_emulate_memory",
+    "mps_isolate",
+    "mps_isolate_start",
+    "mps_timeout",
 )
 
 GROUP = "mps"

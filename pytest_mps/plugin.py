@@ -27,6 +27,7 @@ MODULES = (
     "pytest_mps.watch.plugin",
     "pytest_mps.audit.plugin",
     "pytest_mps.emulate.plugin",
+    "pytest_mps.isolation.plugin",
 )
 
 

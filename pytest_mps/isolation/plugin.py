@@ -1,0 +1,135 @@
+"""The isolation family's front door: options, markers, and where each test runs.
+
+Loaded at start-up and light: the child, server and watchdog modules are
+imported only when a run or a test asks for isolation or a time limit.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from pytest_mps import ownership
+from pytest_mps.isolation import record, settings
+from pytest_mps.options import argparse_type
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup(ownership.GROUP)
+    group.addoption(
+        "--mps-isolate",
+        dest="mps_isolate",
+        action="store_true",
+        default=None,
+        help=settings.ISOLATE_HELP,
+    )
+    group.addoption(
+        "--mps-isolate-start",
+        dest="mps_isolate_start",
+        type=argparse_type(settings.parse_start, "--mps-isolate-start"),
+        metavar="{forkserver,fork}",
+        default=None,
+        help=settings.START_HELP,
+    )
+    group.addoption(
+        "--mps-timeout",
+        dest="mps_timeout",
+        type=argparse_type(settings.parse_timeout, "--mps-timeout"),
+        metavar="SECONDS",
+        default=None,
+        help=settings.TIMEOUT_HELP,
+    )
+    parser.addini("mps_isolate", settings.ISOLATE_HELP, type="bool", default=False)
+    parser.addini("mps_isolate_start", settings.START_HELP, default=None)
+    parser.addini("mps_timeout", settings.TIMEOUT_HELP, default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ownership.register_markers(config, *settings.MARKERS)
+    # bad ini values are one-line usage errors now, not at the first test
+    settings.start_method(config)
+    settings.session_limit(config)
+
+
+def _serving() -> bool:
+    from pytest_mps.isolation import server
+
+    return server.serving[0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    # the fork server collects while this process runs the tests before the
+    # first isolated one
+    if config.getoption("collectonly", False):
+        return
+    if not any(settings.is_isolated(item) for item in items):
+        return
+    if settings.start_method(config) == "forkserver" and not _serving():
+        from pytest_mps.isolation import parent
+
+        parent.server(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    try:
+        settings.limit_of(item)
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _limit_is_valid(item: pytest.Item) -> bool:
+    try:
+        settings.limit_of(item)
+    except ValueError:
+        return False  # pytest_runtest_setup fails the test, naming the marker
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> bool | None:
+    if not settings.is_isolated(item) or not _limit_is_valid(item):
+        return None
+    from pytest_mps.isolation import child, parent
+
+    if child.in_child[0]:
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in parent.run(item):
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    _teardown_parent_fixtures(item, nextitem)
+    return True
+
+
+def _teardown_parent_fixtures(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # Fixtures this process holds for the tests before (a module's, the
+    # session's) are torn down where the next test no longer needs them, as
+    # pytest's runner does after each test. Private pytest API
+    # (Session._setupstate, pytest 8 and 9), covered by
+    # test_isolated_test_between_modules_tears_down_the_parents_fixtures.
+    setupstate = getattr(item.session, "_setupstate", None)
+    if setupstate is not None:
+        setupstate.teardown_exact(nextitem)
+
+
+def pytest_mps_watch_ops(item: pytest.Item) -> Callable[..., None] | None:
+    # The isolated child's (or the watchdog's) record of the last op started.
+    # Only where torch is loaded already: a test that never imported it runs
+    # no device op, and importing it here would spend seconds of its limit.
+    if "torch" not in sys.modules:
+        return None
+    return record.current[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    parent = sys.modules.get("pytest_mps.isolation.parent")
+    if parent is not None:
+        parent.stop_server(config)

@@ -1,0 +1,93 @@
+r"""The last device op a process started, kept where its parent can read it.
+
+A child that dies on SIGABRT or is killed past its time limit cannot say what it
+was doing; a small shared file can. Each aten op the test starts overwrites it
+with ``"aten::mm\tpath:line"`` (the op and the user's line that called it), so
+after the child is gone the parent reads the op in flight, or the last one the
+test started. In the main process the same record lives in memory, for the
+watchdog thread.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+SIZE = 4096
+_HEADER = struct.Struct("<I")
+
+
+class OpRecord:
+    """The last op started, in a shared file (``path``) or in memory."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self._text = ""
+        self._map: mmap.mmap | None = None
+        if path is not None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                os.ftruncate(fd, SIZE)
+                self._map = mmap.mmap(fd, SIZE)
+            finally:
+                os.close(fd)
+
+    def __call__(
+        self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Note ``func`` and the user's line: a watch-mode callback, before each op."""
+        from pytest_mps.watch.locations import user_location
+
+        self.write(f"{func._schema.name}\t{user_location()}")
+
+    def write(self, text: str) -> None:
+        """Keep ``text`` as the last op started."""
+        if self._map is None:
+            self._text = text
+            return
+        data = text.encode("utf-8", "replace")[: SIZE - _HEADER.size]
+        self._map[_HEADER.size : _HEADER.size + len(data)] = data
+        self._map[: _HEADER.size] = _HEADER.pack(len(data))
+
+    def read(self) -> tuple[str, str] | None:
+        """``(op, "path:line")`` of the last op started, or None."""
+        return parse(self._text if self._map is None else _read_map(self._map))
+
+    def close(self) -> None:
+        """Unmap the file (it stays on disk for the parent)."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+
+def _read_map(mapped: mmap.mmap) -> str:
+    (length,) = _HEADER.unpack(mapped[: _HEADER.size])
+    length = min(length, SIZE - _HEADER.size)
+    return mapped[_HEADER.size : _HEADER.size + length].decode("utf-8", "replace")
+
+
+def read_file(path: str) -> tuple[str, str] | None:
+    """The record a (dead) child left in ``path``, or None."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(SIZE)
+    except OSError:
+        return None
+    if len(data) < _HEADER.size:
+        return None
+    (length,) = _HEADER.unpack(data[: _HEADER.size])
+    return parse(data[_HEADER.size : _HEADER.size + length].decode("utf-8", "replace"))
+
+
+def parse(text: str) -> tuple[str, str] | None:
+    if not text:
+        return None
+    op, _, where = text.partition("\t")
+    return op, where
+
+
+#: The record of the running test, when one is kept (a child, or the watchdog).
+current: list[OpRecord | None] = [None]

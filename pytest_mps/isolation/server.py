@@ -1,0 +1,218 @@
+"""The fork server: a fresh pytest process that collects, then forks one child per test.
+
+Started from a new interpreter (not forked from the pytest process, which may
+have started Metal or CUDA already), it parses the same command line in the
+same folder, collects the same tests, and then, instead of running them, waits
+for node ids on a pipe. For each it forks a child that runs the test
+(:mod:`.child`) and answers with the child's pid, then with its ``waitpid``
+status. Nothing in it touches a device unless the suite's own collection does,
+so each child starts Metal or CUDA for itself, as a spawned process would,
+without paying for interpreter start-up, imports and collection each time.
+
+The server's own output (pytest's header and collection) goes to a log file;
+it never runs ``pytest_sessionfinish``, so it writes no junit file, cache or
+benchmark storage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import traceback
+from typing import Any
+
+import pytest
+
+from pytest_mps.isolation import child
+
+#: How the server gets its settings; taken out of its environment at once.
+SERVER_VARIABLE = "PYTEST_MPS_ISOLATION_SERVER"
+
+#: True in the server process: its isolation plugin starts no server of its own.
+serving: list[bool] = [False]
+
+
+class ServerGone(Exception):
+    """The server exited or answered nonsense; the message says what it left."""
+
+
+class Client:
+    """The pytest process's end: starts the server, asks for children, waits."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.folder = tempfile.mkdtemp(prefix="pytest-mps-server-")
+        self.log = os.path.join(self.folder, "server.log")
+        requests_read, self._requests = os.pipe()
+        self._replies, replies_write = os.pipe()
+        spec = {
+            "args": list(config.invocation_params.args),
+            "requests": requests_read,
+            "replies": replies_write,
+            "log": self.log,
+            "basetemp": _basetemp(config),
+        }
+        env = dict(os.environ, **{SERVER_VARIABLE: json.dumps(spec)})
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from pytest_mps.isolation.server import main; main()",
+            ],
+            cwd=str(config.invocation_params.dir),
+            env=env,
+            pass_fds=(requests_read, replies_write),
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(requests_read)
+        os.close(replies_write)
+        self._buffer = b""
+        self.ready = False
+
+    def _reply(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next answer, or None when ``timeout`` passes first."""
+        while b"\n" not in self._buffer:
+            readable, _, _ = select.select([self._replies], [], [], timeout)
+            if not readable:
+                return None
+            chunk = os.read(self._replies, 65536)
+            if not chunk:
+                raise ServerGone(self._gone())
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        data: dict[str, Any] = json.loads(line)
+        if "error" in data:
+            raise ServerGone(data["error"])
+        return data
+
+    def _gone(self) -> str:
+        code = self.process.wait()
+        try:
+            with open(self.log, encoding="utf-8", errors="replace") as file:
+                tail = file.read()[-3000:]
+        except OSError:
+            tail = ""
+        return f"the isolation server exited with code {code}; its log ends:\n{tail}"
+
+    def start(self, nodeid: str, folder: str) -> int:
+        """Fork a child running ``nodeid``, writing to ``folder``; its pid."""
+        if not self.ready:
+            self._reply(None)  # {"ready": n}, once collection is done
+            self.ready = True
+        request = json.dumps({"nodeid": nodeid, "folder": folder}) + "\n"
+        try:
+            os.write(self._requests, request.encode())
+        except BrokenPipeError:
+            raise ServerGone(self._gone()) from None
+        reply = self._reply(None)
+        assert reply is not None
+        return int(reply["pid"])
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The child's ``waitpid`` status, or None when ``timeout`` passes first."""
+        reply = self._reply(timeout)
+        return None if reply is None else int(reply["status"])
+
+    def close(self) -> None:
+        """Stop the server (closing its pipe ends its loop) and remove its files."""
+        import shutil
+
+        os.close(self._requests)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._replies)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _basetemp(config: pytest.Config) -> str | None:
+    # the children's tmp_path under the session's own base, as pytest-xdist's
+    # workers do; pytest empties a --basetemp it is given, so a folder of its own
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None:
+        return None
+    return str(factory.getbasetemp() / f"isolated-{os.getpid()}")
+
+
+class ServerPlugin:
+    """The server's hooks: a run that collects and then serves, never runs."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_cmdline_main(self, config: pytest.Config) -> None:
+        """Turn off what belongs to the session: distribution, debugger, files."""
+        # as pytest-xdist's workers do: no distribution, no debugger, and no
+        # files that belong to the session (junit, our reports)
+        option = config.option
+        for name, value in (
+            ("dist", "no"),
+            ("numprocesses", None),
+            ("maxprocesses", None),
+            ("looponfail", False),
+            ("usepdb", False),
+            ("xmlpath", None),
+            ("mps_report", None),
+        ):
+            if hasattr(option, name):
+                setattr(option, name, value)
+        if self.spec.get("basetemp"):
+            option.basetemp = self.spec["basetemp"]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        """Serve: fork a child per node id asked for, until the pipe closes."""
+        items = {item.nodeid: item for item in session.items}
+        requests = os.fdopen(self.spec["requests"], "r", encoding="utf-8")
+        replies = os.fdopen(self.spec["replies"], "w", encoding="utf-8", buffering=1)
+        replies.write(json.dumps({"ready": len(items)}) + "\n")
+        for line in requests:
+            request = json.loads(line)
+            item = items.get(request["nodeid"])
+            if item is None:
+                replies.write(
+                    json.dumps(
+                        {
+                            "error": f"{request['nodeid']} was not collected by the "
+                            f"isolation server (its log: {self.spec['log']})"
+                        }
+                    )
+                    + "\n"
+                )
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child_main(item, request["folder"])
+            replies.write(json.dumps({"pid": pid}) + "\n")
+            _, status = os.waitpid(pid, 0)
+            replies.write(json.dumps({"status": status}) + "\n")
+        os._exit(0)
+
+
+def _child_main(item: pytest.Item, folder: str) -> None:
+    """Run one test in a forked child and leave without Python's shutdown."""
+    paths = child.Paths.in_folder(folder)
+    try:
+        child.run(item, paths)
+    except BaseException:
+        with open(paths.stack, "a", encoding="utf-8") as file:
+            traceback.print_exc(file=file)
+        os._exit(70)
+    os._exit(0)
+
+
+def main() -> None:
+    """The server process's entry: pytest on the same command line, serving."""
+    spec = json.loads(os.environ.pop(SERVER_VARIABLE))
+    serving[0] = True
+    log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.exit(pytest.main(spec["args"], plugins=[ServerPlugin(spec)]))

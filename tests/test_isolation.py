@@ -1,0 +1,220 @@
+"""Isolation and the watchdog: a test that aborts, segfaults or hangs fails alone."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+# Thirteen tests: one aborts (as Metal does, pytorch#197796), one dies on
+# SIGSEGV, one hangs in a C call that never returns after a device op (a
+# pthread mutex locked twice: glibc waits in the kernel again after every
+# signal, as a Metal synchronisation that never completes would), ten pass.
+CRASHING_SUITE = """
+import ctypes
+import os
+
+import pytest
+import torch
+
+
+def test_abort(device):
+    x = torch.ones(3, device=device) + 1
+    os.abort()
+
+
+def test_segv(device):
+    y = torch.zeros(2, device=device) * 3
+    ctypes.string_at(0)
+
+
+def test_hang(device):
+    z = torch.ones(2, device=device).sum()
+    lock = ctypes.create_string_buffer(64)
+    libc = ctypes.CDLL(None)
+    libc.pthread_mutex_lock(lock)
+    libc.pthread_mutex_lock(lock)
+
+
+@pytest.mark.parametrize("i", range(10))
+def test_ok(device, i):
+    assert (torch.ones(2, device=device) * i).sum().item() == 2 * i
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param([], id="cpu-serial-forkserver"),
+        pytest.param(["--mps-emulate", "-n", "2"], id="emulated-xdist-forkserver"),
+        pytest.param(["--mps-isolate-start=fork", "-n", "2"], id="cpu-xdist-fork"),
+    ],
+)
+def test_crashes_and_hangs_fail_alone_and_the_session_finishes(
+    pytester: pytest.Pytester, args: list[str]
+) -> None:
+    pytester.makepyfile(test_crashing=CRASHING_SUITE)
+    result = pytester.runpytest_subprocess(
+        "--mps-isolate", "--mps-timeout=4", "--junitxml=junit.xml", *args, timeout=120
+    )
+    result.assert_outcomes(failed=3, passed=10)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SIGABRT (signal 6, exit status 134 in a shell): the test's child process*",
+            "last device op it started: aten::add* at test_crashing.py:9",
+            "its code when it died: test_crashing.py:10 in test_abort",
+            "SIGSEGV (signal 11, *",
+            "last device op it started: aten::mul* at test_crashing.py:14",
+            "  called from test_crashing.py:15 in test_segv",
+            "Timeout: the test ran past its limit of 4 s (--mps-timeout=4)*killed*",
+            "device op in flight (or the last it started): aten::sum at "
+            "test_crashing.py:19",
+            "its code at the limit: test_crashing.py:23 in test_hang",
+            "FAILED test_crashing.py::test_abort* - Failed: SIGABRT*",
+        ]
+    )
+    cases = ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    failed = sorted(c.get("name", "") for c in cases if c.find("failure") is not None)
+    assert [name.split("[")[0] for name in failed] == [
+        "test_abort",
+        "test_hang",
+        "test_segv",
+    ]
+
+
+def test_only_marked_tests_are_isolated_and_fixtures_stay_consistent(
+    pytester: pytest.Pytester,
+) -> None:
+    # the parent's module fixture of test_a must be torn down before test_c's
+    # module, although test_b ran in a child in between
+    pytester.makepyfile(
+        test_a="""
+        import os
+        import pytest
+
+        @pytest.fixture(scope="module")
+        def resource():
+            yield os.getpid()
+            print("TORN DOWN A")
+
+        def test_a(resource):
+            assert resource == os.getpid()
+        """,
+        test_b="""
+        import os
+        import pytest
+
+        PARENT = os.getppid()
+
+        @pytest.mark.mps_isolate
+        def test_b_in_child():
+            os.kill(os.getpid(), 9)
+
+        def test_b_here():
+            pass
+        """,
+        test_c="""
+        import os
+        def test_c():
+            pass
+        """,
+    )
+    result = pytester.runpytest_subprocess("-s", "-p", "no:randomly")
+    result.assert_outcomes(failed=1, passed=3)
+    result.stdout.fnmatch_lines(
+        ["*TORN DOWN A*", "SIGKILL (signal 9, *", "it started no device op"]
+    )
+
+
+def test_a_marker_limit_overrides_the_session_limit_in_the_main_process_too(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+
+        @pytest.mark.mps_isolate
+        @pytest.mark.mps_timeout(1)
+        def test_sleeps():
+            time.sleep(60)
+
+        def test_fast():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("--mps-timeout=50", timeout=60)
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Timeout: the test ran past its limit of 1 s (mps_timeout(1) marker)*",
+            "its code at the limit: test_a_marker_limit*.py:7 in test_sleeps",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (
+            ["--mps-timeout=-2"],
+            "",
+            "ERROR: --mps-timeout: '-2' is not a time limit; give a positive number*",
+        ),
+        (
+            ["--mps-timeout=soon"],
+            "",
+            "ERROR: --mps-timeout: 'soon' is not a time limit*",
+        ),
+        (
+            [],
+            "mps_timeout = 0",
+            "ERROR: mps_timeout in *tox.ini: '0' is not a time limit*",
+        ),
+        (
+            ["--mps-isolate-start=forkservr"],
+            "",
+            "ERROR: --mps-isolate-start: 'forkservr' is not a start method; "
+            "did you mean*",
+        ),
+    ],
+)
+def test_a_bad_limit_or_start_method_is_one_line_naming_where(
+    pytester: pytest.Pytester, args: list[str], ini: str, message: str
+) -> None:
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile("def test_it(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_a_bad_marker_limit_names_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mps_timeout("later")
+        def test_it():
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*@pytest.mark.mps_timeout('later') on test_a_bad_marker*::test_it: "
+            "'later' is not a time limit*"
+        ]
+    )
+
+
+def test_the_markers_are_listed(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.mps_isolate: run this test in a child process*",
+            "@pytest.mark.mps_timeout(seconds): fail this test past*",
+        ]
+    )
