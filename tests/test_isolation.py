@@ -218,3 +218,42 @@ def test_the_markers_are_listed(pytester: pytest.Pytester) -> None:
             "@pytest.mark.mps_timeout(seconds): fail this test past*",
         ]
     )
+
+
+def test_a_hang_in_the_main_process_stops_the_session_with_its_reports_written(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_crashing=CRASHING_SUITE)
+    result = pytester.runpytest_subprocess(
+        "--mps-timeout=3", "--junitxml=junit.xml", "-k", "ok or hang", timeout=60
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "Timeout: the test ran past its limit of 3 s (--mps-timeout=3) in the "
+            "main process; the session stops here, with its reports written*",
+            "device op in flight (or the last it started): aten::sum at "
+            "test_crashing.py:19",
+            "its code at the limit: test_crashing.py:23 in test_hang",
+            "*test_crashing.py::test_hang*ran past its limit*",
+            "*1 failed, 2 deselected*",
+        ]
+    )
+    root = ET.parse(pytester.path / "junit.xml").getroot()
+    assert (root[0].get("failures"), root[0].get("tests")) == ("1", "1")
+
+
+def test_an_abort_without_isolation_is_reported_with_the_test_that_ran(
+    pytester: pytest.Pytester,
+) -> None:
+    # the process dies: pytest's faulthandler (left on) names the signal, and
+    # the frames name the test's file, line and function
+    pytester.makepyfile(test_crashing=CRASHING_SUITE)
+    result = pytester.runpytest_subprocess("-k", "abort", timeout=60)
+    assert result.ret == -6
+    result.stderr.fnmatch_lines(
+        [
+            "Fatal Python error: Aborted",
+            '*File "*test_crashing.py", line 10 in test_abort',
+        ]
+    )

@@ -54,6 +54,8 @@ def user_frames(stack_text: str, root: str) -> list[str]:
         match = _FRAME.match(line)
         if match is None or match["path"].startswith("<"):
             continue
+        if frames and f"{os.sep}_pytest{os.sep}" in match["path"]:
+            break  # below the test: pytest's and the runner's frames
         if _is_library(match["path"]):
             continue
         path = os.path.relpath(match["path"], root)
@@ -122,25 +124,10 @@ def failure_text(
     return "\n".join(lines)
 
 
-def death_report(
-    item: pytest.Item,
-    done: list[pytest.TestReport],
-    what: str,
-    paths_record: str,
-    paths_stack: str,
-    in_flight: bool = False,
+def failure_report(
+    item: pytest.Item, when: str, text: str, stack_text: str
 ) -> pytest.TestReport:
-    """A failure report for the phase the child did not finish."""
-    finished = {report.when for report in done}
-    when = next((phase for phase in PHASES if phase not in finished), "teardown")
-    stack_text = _read(paths_stack)
-    text = failure_text(
-        what,
-        record.read_file(paths_record),
-        stack_text,
-        str(item.config.rootpath),
-        in_flight,
-    )
+    """A failure of ``item`` in phase ``when``, made by pytest's own makereport."""
 
     def fail() -> None:
         pytest.fail(text, pytrace=False)
@@ -153,6 +140,24 @@ def death_report(
     if shown:
         report.sections.append((f"pytest-mps stack ({when})", shown))
     return report
+
+
+def death_report(
+    item: pytest.Item,
+    done: list[pytest.TestReport],
+    what: str,
+    paths_record: str,
+    paths_stack: str,
+    in_flight: bool = False,
+) -> pytest.TestReport:
+    """A failure report for the phase the child did not finish."""
+    finished = {report.when for report in done}
+    when = next((phase for phase in PHASES if phase not in finished), "teardown")
+    stack_text = _read(paths_stack)
+    last_op = record.read_file(paths_record)
+    root = str(item.config.rootpath)
+    text = failure_text(what, last_op, stack_text, root, in_flight)
+    return failure_report(item, when, text, stack_text)
 
 
 def crash_what(status: int, start: str) -> str:

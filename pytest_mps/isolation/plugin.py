@@ -7,13 +7,17 @@ imported only when a run or a test asks for isolation or a time limit.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_mps import ownership
 from pytest_mps.isolation import record, settings
 from pytest_mps.options import argparse_type
+
+if TYPE_CHECKING:
+    from pytest_mps.isolation.watchdog import Watchdog
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,12 +79,56 @@ def pytest_collection_modifyitems(
         parent.server(config)
 
 
+#: The main-process watchdog of the running test, if it has a limit.
+_watchdog_key: pytest.StashKey[Watchdog] = pytest.StashKey()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     try:
         settings.limit_of(item)
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    watchdog = item.stash.get(_watchdog_key, None)
+    if watchdog is not None:
+        watchdog.when = "call"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    watchdog = item.stash.get(_watchdog_key, None)
+    if watchdog is not None:
+        watchdog.when = "teardown"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    # the limit of a test run here (an isolated test's is kept by its parent)
+    limit = None
+    isolated = settings.is_isolated(item)
+    if not isolated and not _child_running() and _limit_is_valid(item):
+        limit = settings.limit_of(item)
+    if limit is None:
+        return (yield)
+    from pytest_mps.isolation.watchdog import Watchdog
+
+    watchdog = item.stash[_watchdog_key] = Watchdog(item, limit)
+    try:
+        return (yield)
+    finally:
+        watchdog.stop()
+        del item.stash[_watchdog_key]
+
+
+def _child_running() -> bool:
+    child = sys.modules.get("pytest_mps.isolation.child")
+    return child is not None and child.in_child[0]
 
 
 def _limit_is_valid(item: pytest.Item) -> bool:
@@ -91,8 +139,8 @@ def _limit_is_valid(item: pytest.Item) -> bool:
     return True
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtest_protocol")
+def pytest_runtest_protocol_isolated(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> bool | None:
     if not settings.is_isolated(item) or not _limit_is_valid(item):
