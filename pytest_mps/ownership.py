@@ -74,6 +74,7 @@ INI_NAMES = (
     "mps_isolate",
     "mps_isolate_start",
     "mps_timeout",
+    "mps_known_failures",
 )
 
 GROUP = "mps"

@@ -28,6 +28,7 @@ MODULES = (
     "pytest_mps.audit.plugin",
     "pytest_mps.emulate.plugin",
     "pytest_mps.isolation.plugin",
+    "pytest_mps.known_failures.plugin",
 )
 
 

@@ -125,12 +125,18 @@ def failure_text(
 
 
 def failure_report(
-    item: pytest.Item, when: str, text: str, stack_text: str
+    item: pytest.Item, when: str, text: str, stack_text: str, kind: str
 ) -> pytest.TestReport:
-    """A failure of ``item`` in phase ``when``, made by pytest's own makereport."""
+    """A failure of ``item`` in phase ``when``, made by pytest's own makereport.
+
+    ``kind`` (``crash:SIGABRT``, ``timeout``) is what a known-failure manifest
+    calls the failure's type.
+    """
 
     def fail() -> None:
-        pytest.fail(text, pytrace=False)
+        exc = pytest.fail.Exception(text, pytrace=False)
+        exc.mps_failure_type = kind  # type: ignore[attr-defined]
+        raise exc
 
     call = pytest.CallInfo.from_call(fail, when=when)  # type: ignore[arg-type]
     report: pytest.TestReport = item.ihook.pytest_runtest_makereport(
@@ -148,6 +154,7 @@ def death_report(
     what: str,
     paths_record: str,
     paths_stack: str,
+    kind: str,
     in_flight: bool = False,
 ) -> pytest.TestReport:
     """A failure report for the phase the child did not finish."""
@@ -157,7 +164,18 @@ def death_report(
     last_op = record.read_file(paths_record)
     root = str(item.config.rootpath)
     text = failure_text(what, last_op, stack_text, root, in_flight)
-    return failure_report(item, when, text, stack_text)
+    return failure_report(item, when, text, stack_text, kind)
+
+
+def crash_kind(status: int) -> str:
+    """``crash:SIGABRT``, or ``crash:exit-3`` for a child that exited early."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            return f"crash:{signal.Signals(-code).name}"
+        except ValueError:
+            return f"crash:signal-{-code}"
+    return f"crash:exit-{code}"
 
 
 def crash_what(status: int, start: str) -> str:

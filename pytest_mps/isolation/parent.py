@@ -133,7 +133,9 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
             what = f"the isolation server died while the test ran: {exc}"
             return [
                 *done,
-                outcome.death_report(item, done, what, paths.record, paths.stack),
+                outcome.death_report(
+                    item, done, what, paths.record, paths.stack, "crash:server"
+                ),
             ]
         timed_out = status is None
         if status is None:
@@ -145,7 +147,7 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
             return [
                 *done,
                 outcome.death_report(
-                    item, done, what, paths.record, paths.stack, in_flight=True
+                    item, done, what, paths.record, paths.stack, "timeout", True
                 ),
             ]
         if done and done[-1].when == "teardown":
@@ -153,7 +155,9 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
         what = outcome.crash_what(status, start)
         return [
             *done,
-            outcome.death_report(item, done, what, paths.record, paths.stack),
+            outcome.death_report(
+                item, done, what, paths.record, paths.stack, outcome.crash_kind(status)
+            ),
         ]
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -101,7 +101,7 @@ class Watchdog:
             str(config.rootpath),
             in_flight=True,
         )
-        report = outcome.failure_report(item, self.when, text, stack_text)
+        report = outcome.failure_report(item, self.when, text, stack_text, "timeout")
         capture = config.pluginmanager.getplugin("capturemanager")
         if capture is not None:
             capture.suspend_global_capture(in_=True)

@@ -1,0 +1,1 @@
+"""Known failures pinned in a file (:mod:`.manifest`), checked by :mod:`.plugin`."""
