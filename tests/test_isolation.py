@@ -257,3 +257,38 @@ def test_an_abort_without_isolation_is_reported_with_the_test_that_ran(
             '*File "*test_crashing.py", line 10 in test_abort',
         ]
     )
+
+
+def test_a_spawned_child_collects_only_its_test_and_reports_its_death(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_spawned="""
+        import os
+        import pytest
+
+        @pytest.mark.mps_isolate
+        def test_exits():
+            os._exit(3)
+
+        @pytest.mark.mps_isolate
+        def test_in_a_new_process():
+            # started by the pytest process itself, not forked from a server
+            assert os.getpid() != int(os.environ["PARENT_PID"])
+            assert os.getppid() == int(os.environ["PARENT_PID"])
+
+        def test_here():
+            assert os.getpid() == int(os.environ["PARENT_PID"])
+        """,
+        conftest="""
+        import os
+
+        def pytest_configure(config):
+            os.environ.setdefault("PARENT_PID", str(os.getpid()))
+        """,
+    )
+    result = pytester.runpytest_subprocess("--mps-isolate-start=spawn", timeout=120)
+    result.assert_outcomes(failed=1, passed=2)
+    result.stdout.fnmatch_lines(
+        ["exit code 3: the test's child process (spawn) died", "*1 failed, 2 passed*"]
+    )

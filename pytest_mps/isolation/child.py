@@ -83,6 +83,26 @@ def run(item: pytest.Item, paths: Paths) -> None:
             pass
 
 
+def warm() -> None:
+    """Build, once, what every child needs: each child would build it again.
+
+    The op record runs in the watch mode, whose class and the user-line filter
+    are made on first use; made here, before forking, they are inherited.
+    Only where torch is loaded (the record is not kept otherwise).
+    """
+    import sys
+
+    if "torch" not in sys.modules or warmed[0]:
+        return
+    warmed[0] = True
+    from pytest_mps.watch import locations, mode
+
+    mode.watch_mode([])
+    locations.user_location()
+
+
+warmed: list[bool] = [False]
+
 #: True in an isolated test's child process.
 in_child: list[bool] = [False]
 

@@ -9,6 +9,7 @@ inside a C call), given a second to write it, then killed with SIGKILL.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import tempfile
@@ -55,9 +56,25 @@ class _Forked:
                     traceback.print_exc(file=file)
                 os._exit(70)
             os._exit(0)
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self._pidfd = os.pidfd_open(self.pid)
+            except OSError:  # a kernel before 5.3
+                self._pidfd = None
 
     def wait(self, timeout: float | None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._pidfd is not None:
+            # Linux: the pidfd is readable once the child has exited
+            select.select([self._pidfd], [], [], timeout)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self._pidfd)
+                self._pidfd = None
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
         pause = 0.001
         while True:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -70,10 +87,18 @@ class _Forked:
 
 
 class _Served:
-    """A child forked by the server: its status comes over the server's pipe."""
+    """A child forked by the server: its status comes over the server's pipe.
 
-    def __init__(self, item: pytest.Item, folder: str) -> None:
-        self.client = server(item.config)
+    With ``spawn`` the server is the child: a new one per test, run inline.
+    """
+
+    def __init__(self, item: pytest.Item, folder: str, spawn: bool = False) -> None:
+        self.spawned = None
+        if spawn:
+            _, _, inside = item.nodeid.partition("::")
+            only = f"{item.path}::{inside}" if inside else str(item.path)
+            self.spawned = Client(item.config, inline=True, only=only)
+        self.client = self.spawned or server(item.config)
         self.pid = self.client.start(item.nodeid, folder)
 
     def wait(self, timeout: float | None) -> int | None:
@@ -113,10 +138,15 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
     limit = settings.limit_of(item)
     folder = tempfile.mkdtemp(prefix="pytest-mps-isolated-")
     paths = child.Paths.in_folder(folder)
+    process: _Forked | _Served | None = None
     try:
+        if start == "fork":
+            child.warm()
         try:
-            process: _Forked | _Served = (
-                _Forked(item, paths) if start == "fork" else _Served(item, folder)
+            process = (
+                _Forked(item, paths)
+                if start == "fork"
+                else _Served(item, folder, spawn=start == "spawn")
             )
         except ServerGone as exc:
             stop_server(config)
@@ -160,6 +190,8 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
             ),
         ]
     finally:
+        if isinstance(process, _Served) and process.spawned is not None:
+            process.spawned.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 

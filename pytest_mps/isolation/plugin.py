@@ -33,7 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mps-isolate-start",
         dest="mps_isolate_start",
         type=argparse_type(settings.parse_start, "--mps-isolate-start"),
-        metavar="{forkserver,fork}",
+        metavar="{forkserver,fork,spawn}",
         default=None,
         help=settings.START_HELP,
     )

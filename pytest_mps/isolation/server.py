@@ -43,7 +43,11 @@ class ServerGone(Exception):
 class Client:
     """The pytest process's end: starts the server, asks for children, waits."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(
+        self, config: pytest.Config, inline: bool = False, only: str | None = None
+    ) -> None:
+        #: a spawned child: the server runs one test itself, without forking
+        self.inline = inline
         self.folder = tempfile.mkdtemp(prefix="pytest-mps-server-")
         self.log = os.path.join(self.folder, "server.log")
         requests_read, self._requests = os.pipe()
@@ -54,6 +58,8 @@ class Client:
             "replies": replies_write,
             "log": self.log,
             "basetemp": _basetemp(config),
+            "inline": inline,
+            "only": only,
         }
         env = dict(os.environ, **{SERVER_VARIABLE: json.dumps(spec)})
         self.process = subprocess.Popen(
@@ -113,7 +119,14 @@ class Client:
 
     def wait(self, timeout: float | None) -> int | None:
         """The child's ``waitpid`` status, or None when ``timeout`` passes first."""
-        reply = self._reply(timeout)
+        try:
+            reply = self._reply(timeout)
+        except ServerGone:
+            if not self.inline:
+                raise
+            # the spawned process was the child: its own end is the status
+            code = self.process.wait()
+            return -code if code < 0 else code << 8
         return None if reply is None else int(reply["status"])
 
     def close(self) -> None:
@@ -164,14 +177,18 @@ class ServerPlugin:
                 setattr(option, name, value)
         if self.spec.get("basetemp"):
             option.basetemp = self.spec["basetemp"]
+        if self.spec.get("only"):
+            config.args = [self.spec["only"]]  # a spawned child collects its test
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         """Serve: fork a child per node id asked for, until the pipe closes."""
         items = {item.nodeid: item for item in session.items}
+        child.warm()
         requests = os.fdopen(self.spec["requests"], "r", encoding="utf-8")
         replies = os.fdopen(self.spec["replies"], "w", encoding="utf-8", buffering=1)
         replies.write(json.dumps({"ready": len(items)}) + "\n")
+        _replies_of[0] = replies
         for line in requests:
             request = json.loads(line)
             item = items.get(request["nodeid"])
@@ -186,6 +203,9 @@ class ServerPlugin:
                     + "\n"
                 )
                 continue
+            if self.spec.get("inline"):
+                replies.write(json.dumps({"pid": os.getpid()}) + "\n")
+                _child_main(item, request["folder"], inline=True)
             pid = os.fork()
             if pid == 0:
                 _child_main(item, request["folder"])
@@ -195,7 +215,7 @@ class ServerPlugin:
         os._exit(0)
 
 
-def _child_main(item: pytest.Item, folder: str) -> None:
+def _child_main(item: pytest.Item, folder: str, inline: bool = False) -> None:
     """Run one test in a forked child and leave without Python's shutdown."""
     paths = child.Paths.in_folder(folder)
     try:
@@ -204,7 +224,13 @@ def _child_main(item: pytest.Item, folder: str) -> None:
         with open(paths.stack, "a", encoding="utf-8") as file:
             traceback.print_exc(file=file)
         os._exit(70)
+    if inline:
+        print(json.dumps({"status": 0}), file=_replies_of[0], flush=True)
     os._exit(0)
+
+
+#: The reply pipe of an inline (spawned) server, for its one status line.
+_replies_of: list[Any] = [None]
 
 
 def main() -> None:

@@ -24,7 +24,9 @@ START_HELP = (
     "server process that collected the suite before any device was touched (safe "
     "with Metal and CUDA; the test's module is imported once, by the server), "
     "'fork' forks the pytest process itself (cheapest, but a child forked after "
-    "Metal or CUDA started in the parent can crash or refuse the device)"
+    "Metal or CUDA started in the parent can crash or refuse the device), "
+    "'spawn' starts a new pytest process per test, which runs it without forking "
+    "(nothing inherited; seconds per test)"
 )
 TIMEOUT_HELP = (
     "per-test time limit in seconds (a positive number): past it the test fails "
@@ -34,7 +36,7 @@ TIMEOUT_HELP = (
     "its reports and junit file written. @pytest.mark.mps_timeout(seconds) sets "
     "one test's limit"
 )
-STARTS = ("forkserver", "fork")
+STARTS = ("forkserver", "fork", "spawn")
 
 MARKERS = (
     "mps_isolate: run this test in a child process, so a crash (SIGABRT, "
