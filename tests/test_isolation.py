@@ -246,17 +246,30 @@ def test_a_hang_in_the_main_process_stops_the_session_with_its_reports_written(
 def test_an_abort_without_isolation_is_reported_with_the_test_that_ran(
     pytester: pytest.Pytester,
 ) -> None:
-    # the process dies: pytest's faulthandler (left on) names the signal, and
-    # the frames name the test's file, line and function
+    # The process dies, and nothing in it runs after SIGABRT but faulthandler's
+    # C handler: the sidecar names the test, faulthandler the signal and stack.
     pytester.makepyfile(test_crashing=CRASHING_SUITE)
-    result = pytester.runpytest_subprocess("-k", "abort", timeout=60)
+    result = pytester.runpytest_subprocess(
+        "--mps-timeout=60", "-k", "abort or ok", timeout=60
+    )
     assert result.ret == -6
     result.stderr.fnmatch_lines(
         [
+            "pytest-mps: the pytest process died while running "
+            "test_crashing.py::test_abort[[]cpu[]]",
             "Fatal Python error: Aborted",
             '*File "*test_crashing.py", line 10 in test_abort',
         ]
     )
+
+
+def test_a_session_that_ends_normally_leaves_the_sidecar_silent(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_crashing=CRASHING_SUITE)
+    result = pytester.runpytest_subprocess("--mps-timeout=60", "-k", "ok", timeout=60)
+    result.assert_outcomes(passed=10, deselected=3)
+    assert "pytest-mps: the pytest process died" not in result.stderr.str()
 
 
 def test_a_spawned_child_collects_only_its_test_and_reports_its_death(

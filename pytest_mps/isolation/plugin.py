@@ -17,6 +17,7 @@ from pytest_mps.isolation import record, settings
 from pytest_mps.options import argparse_type
 
 if TYPE_CHECKING:
+    from pytest_mps.isolation.sidecar import Sidecar
     from pytest_mps.isolation.watchdog import Watchdog
 
 
@@ -50,11 +51,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mps_timeout", settings.TIMEOUT_HELP, default=None)
 
 
+#: The sidecar of each session that has one (pytester nests sessions).
+_sidecar_key: pytest.StashKey[Sidecar] = pytest.StashKey()
+_sidecars: list[Sidecar] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, *settings.MARKERS)
     # bad ini values are one-line usage errors now, not at the first test
     settings.start_method(config)
-    settings.session_limit(config)
+    limit = settings.session_limit(config)
+    asked = limit is not None or settings.isolate_all(config) or _manifest(config)
+    if asked and not _serving():
+        # a test that kills this process is named (see .sidecar)
+        from pytest_mps.isolation.sidecar import Sidecar
+
+        sidecar = config.stash[_sidecar_key] = Sidecar()
+        _sidecars.append(sidecar)
+
+
+def _manifest(config: pytest.Config) -> bool:
+    return bool(
+        config.getoption("mps_known_failures", None)
+        or config.getini("mps_known_failures")
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # after pytest's faulthandler plugin pointed it at stderr (its configure)
+    sidecar = session.config.stash.get(_sidecar_key, None)
+    if sidecar is not None:
+        sidecar.enable()
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    if _sidecars:
+        _sidecars[-1].running(nodeid)
 
 
 def _serving() -> bool:
@@ -178,6 +211,11 @@ def pytest_mps_watch_ops(item: pytest.Item) -> Callable[..., None] | None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    sidecar = config.stash.get(_sidecar_key, None)
+    if sidecar is not None:
+        del config.stash[_sidecar_key]
+        _sidecars.remove(sidecar)
+        sidecar.close()
     parent = sys.modules.get("pytest_mps.isolation.parent")
     if parent is not None:
         parent.stop_server(config)
