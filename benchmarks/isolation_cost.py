@@ -117,6 +117,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
+    if options.device == "cuda":
+        options.device = "cuda:0"  # the test ids name the index
+    if options.device.startswith("cuda"):
+        # a child forked from the pytest process cannot use CUDA: the parent
+        # asked the driver (torch.cuda.is_available) before forking
+        del CONFIGURATIONS["fork"]
     sizes = sorted(int(n) for n in options.tests.split(","))
 
     import torch

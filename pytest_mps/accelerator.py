@@ -35,7 +35,10 @@ def canonical(device: str | torch.device) -> str:
         if kind == "cuda":
             import torch
 
-            if torch.cuda.is_available():
+            # current_device() would start CUDA in this process, and a
+            # process that forks children for tests (the isolation's fork
+            # server) must not have: before CUDA starts, it is device 0.
+            if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
                 index = str(torch.cuda.current_device())
     return f"{kind}:{index}"
 

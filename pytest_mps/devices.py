@@ -89,7 +89,9 @@ def pytest_mps_auto_device(config: pytest.Config) -> str | None:
     if backend.mps_built() and backend.mps_available():
         return "mps"
     if torch.cuda.is_available():
-        return f"cuda:{torch.cuda.current_device()}"
+        # without starting CUDA here (see accelerator.canonical): device 0 then
+        index = torch.cuda.current_device() if torch.cuda.is_initialized() else 0  # type: ignore[no-untyped-call]
+        return f"cuda:{index}"
     return "cpu"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch
 
 # Thirteen tests: one aborts (as Metal does, pytorch#197796), one dies on
 # SIGSEGV, one hangs in a C call that never returns after a device op (a
@@ -65,7 +66,7 @@ def test_crashes_and_hangs_fail_alone_and_the_session_finishes(
             "its code when it died: test_crashing.py:10 in test_abort",
             "SIGSEGV (signal 11, *",
             "last device op it started: aten::mul* at test_crashing.py:14",
-            "  called from test_crashing.py:15 in test_segv",
+            "its code when it died: test_crashing.py:15 in test_segv",
             "Timeout: the test ran past its limit of 4 s (--mps-timeout=4)*killed*",
             "device op in flight (or the last it started): aten::sum at "
             "test_crashing.py:19",
@@ -304,4 +305,41 @@ def test_a_spawned_child_collects_only_its_test_and_reports_its_death(
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines(
         ["exit code 3: the test's child process (spawn) died", "*1 failed, 2 passed*"]
+    )
+
+
+CUDA_AFTER_THE_PARENT = """
+import pytest
+import torch
+
+
+def test_in_the_parent(device):
+    assert torch.ones(1, device=device).item() == 1
+
+
+@pytest.mark.mps_isolate
+@pytest.mark.parametrize("i", range(2))
+def test_isolated(device, i):
+    assert torch.full((2,), float(i), device=device).sum().item() == 2 * i
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fork_server_children_use_cuda_after_the_parent_did(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_cuda=CUDA_AFTER_THE_PARENT)
+    served = pytester.runpytest_subprocess("--device=cuda", timeout=120)
+    served.assert_outcomes(passed=3)
+    # forked from the pytest process, which asked the driver: refused, and said why
+    forked = pytester.runpytest_subprocess(
+        "--device=cuda", "--mps-isolate-start=fork", timeout=120
+    )
+    forked.assert_outcomes(passed=1, failed=2)
+    forked.stdout.fnmatch_lines(
+        [
+            "Cannot re-initialize CUDA in forked subprocess: the pytest process had "
+            "asked the CUDA driver*--mps-isolate-start=forkserver forks from a "
+            "process that has not"
+        ]
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sysconfig
 
 import pytest
 
@@ -18,6 +19,7 @@ from pytest_mps.isolation import record
 from pytest_mps.isolation.settings import Limit
 
 PHASES = ("setup", "call", "teardown")
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
 
 
@@ -34,6 +36,8 @@ def describe_status(status: int) -> str:
 
 
 def _is_library(path: str) -> bool:
+    if path.startswith(_STDLIB):
+        return True  # ctypes, threading: the user's line is the caller's
     try:
         from pytest_mps.watch.locations import is_library
     except ImportError:  # no torch: only pytest's and our own frames are library

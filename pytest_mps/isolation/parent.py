@@ -149,7 +149,9 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
                 else _Served(item, folder, spawn=start == "spawn")
             )
         except ServerGone as exc:
-            stop_server(config)
+            found = config.stash.get(server_key, None)
+            if found is None or not found.broken:
+                stop_server(config)  # the next test starts a new one
             return [_server_failure(item, str(exc))]
         try:
             status = process.wait(None if limit is None else limit.seconds)
@@ -181,6 +183,7 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
                 ),
             ]
         if done and done[-1].when == "teardown":
+            _explain_cuda_refusal(done, start)
             return done  # every phase ran: how the child then exited is no news
         what = outcome.crash_what(status, start)
         return [
@@ -193,6 +196,25 @@ def run(item: pytest.Item) -> list[pytest.TestReport]:
         if isinstance(process, _Served) and process.spawned is not None:
             process.spawned.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_CUDA_REFUSED = "Cannot re-initialize CUDA in forked subprocess"
+
+
+def _explain_cuda_refusal(reports: list[pytest.TestReport], start: str) -> None:
+    """Say why a child refused CUDA, on the report that shows the refusal."""
+    for report in reports:
+        if report.failed and _CUDA_REFUSED in str(report.longrepr):
+            why = (
+                "the pytest process had asked the CUDA driver (torch.cuda."
+                "is_available(), device_count()) or started CUDA before forking: "
+                "--mps-isolate-start=forkserver forks from a process that has not"
+                if start == "fork"
+                else "the fork server's collection started CUDA, or asked the "
+                "CUDA driver with PYTORCH_NVML_BASED_CUDA_CHECK=0: make CUDA start "
+                "inside the tests, or use --mps-isolate-start=spawn"
+            )
+            report.sections.append(("pytest-mps isolation", f"{_CUDA_REFUSED}: {why}"))
 
 
 def _server_failure(item: pytest.Item, text: str) -> pytest.TestReport:

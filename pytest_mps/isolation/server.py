@@ -62,6 +62,13 @@ class Client:
             "only": only,
         }
         env = dict(os.environ, **{SERVER_VARIABLE: json.dumps(spec)})
+        # torch.cuda.is_available() asks the CUDA driver by default, which
+        # poisons every later fork for CUDA ("Cannot re-initialize CUDA in
+        # forked subprocess") without starting CUDA; asking NVML instead is
+        # PyTorch's documented fork-safe check (torch.cuda.is_available's
+        # docstring). The server's collection calls it (pytest-mps's --device
+        # resolution, a suite's skipif).
+        env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -77,6 +84,8 @@ class Client:
         os.close(replies_write)
         self._buffer = b""
         self.ready = False
+        #: why the server's children cannot use the device, once it said so
+        self.broken: str | None = None
 
     def _reply(self, timeout: float | None) -> dict[str, Any] | None:
         """The next answer, or None when ``timeout`` passes first."""
@@ -106,8 +115,11 @@ class Client:
     def start(self, nodeid: str, folder: str) -> int:
         """Fork a child running ``nodeid``, writing to ``folder``; its pid."""
         if not self.ready:
-            self._reply(None)  # {"ready": n}, once collection is done
+            ready = self._reply(None)  # {"ready": n}, once collection is done
             self.ready = True
+            self.broken = None if ready is None else ready.get("broken")
+        if self.broken:
+            raise ServerGone(self.broken)
         request = json.dumps({"nodeid": nodeid, "folder": folder}) + "\n"
         try:
             os.write(self._requests, request.encode())
@@ -187,7 +199,12 @@ class ServerPlugin:
         child.warm()
         requests = os.fdopen(self.spec["requests"], "r", encoding="utf-8")
         replies = os.fdopen(self.spec["replies"], "w", encoding="utf-8", buffering=1)
-        replies.write(json.dumps({"ready": len(items)}) + "\n")
+        ready: dict[str, Any] = {"ready": len(items)}
+        if not self.spec.get("inline"):
+            broken = _device_started()
+            if broken:
+                ready["broken"] = broken
+        replies.write(json.dumps(ready) + "\n")
         _replies_of[0] = replies
         for line in requests:
             request = json.loads(line)
@@ -213,6 +230,24 @@ class ServerPlugin:
             _, status = os.waitpid(pid, 0)
             replies.write(json.dumps({"status": status}) + "\n")
         os._exit(0)
+
+
+def _device_started() -> str | None:
+    """Why children forked from here cannot use the device, or None.
+
+    CUDA refuses a child forked after CUDA started in its parent ("Cannot
+    re-initialize CUDA in forked subprocess"); the server must not have
+    started it. (Metal has no such flag to read.)
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return (
+        "CUDA was started in the isolation's fork server while it collected the "
+        "tests (a CUDA tensor made at import or collection time, a conftest's "
+        "torch.cuda.current_device()), so no child forked from it can use CUDA; "
+        "run with --mps-isolate-start=spawn, or make CUDA start inside the tests"
+    )
 
 
 def _child_main(item: pytest.Item, folder: str, inline: bool = False) -> None:
