@@ -343,3 +343,35 @@ def test_fork_server_children_use_cuda_after_the_parent_did(
             "process that has not"
         ]
     )
+
+
+def test_an_isolated_skip_and_xfail_read_as_pytest_makes_them(
+    pytester: pytest.Pytester,
+) -> None:
+    # the reports travel as JSON: a skip's (path, line, reason) must be a tuple
+    # again for pytest's summary of skips
+    pytester.makepyfile(
+        """
+        import pytest
+
+        pytestmark = pytest.mark.mps_isolate
+
+        def test_skips():
+            pytest.skip("not here")
+
+        @pytest.mark.xfail(reason="known", strict=True)
+        def test_fails():
+            assert False
+
+        @pytest.mark.parametrize("x", [1])
+        def test_records(record_property, x):
+            record_property("x", x)
+        """
+    )
+    result = pytester.runpytest_subprocess("-rsx", "--junitxml=junit.xml")
+    result.assert_outcomes(skipped=1, xfailed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] test_an_isolated_skip*.py:6: not here", "XFAIL *known*"]
+    )
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="x" value="1"' in junit

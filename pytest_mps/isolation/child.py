@@ -19,7 +19,10 @@ import faulthandler
 import json
 import os
 import signal
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import pytest
 
@@ -83,6 +86,24 @@ def run(item: pytest.Item, paths: Paths) -> None:
             pass
 
 
+def run_then_exit(
+    item: pytest.Item, paths: Paths, before_exit: Callable[[], None] | None = None
+) -> NoReturn:
+    """Run ``item`` in this forked child, then leave without Python's shutdown.
+
+    A failure of pytest-mps itself lands in the stack file, with exit code 70.
+    """
+    try:
+        run(item, paths)
+    except BaseException:
+        with open(paths.stack, "a", encoding="utf-8") as file:
+            traceback.print_exc(file=file)
+        os._exit(70)
+    if before_exit is not None:
+        before_exit()
+    os._exit(0)
+
+
 def warm() -> None:
     """Build, once, what every child needs: each child would build it again.
 
@@ -120,7 +141,20 @@ def read_reports(config: pytest.Config, path: str) -> list[pytest.TestReport]:
             data = json.loads(line)
         except ValueError:
             break
-        reports.append(
-            config.hook.pytest_report_from_serializable(config=config, data=data)
-        )
+        report = config.hook.pytest_report_from_serializable(config=config, data=data)
+        _tuples_again(report)
+        reports.append(report)
     return reports
+
+
+def _tuples_again(report: pytest.TestReport) -> None:
+    """Give back the tuples JSON made lists of (pytest-xdist's execnet keeps them).
+
+    pytest's terminal summary asserts that a skip's ``longrepr`` is a
+    ``(path, line, reason)`` tuple; ``location`` and ``user_properties`` hold
+    tuples wherever pytest makes them.
+    """
+    if isinstance(report.longrepr, list):
+        report.longrepr = tuple(report.longrepr)
+    report.location = tuple(report.location)  # type: ignore[assignment]
+    report.user_properties = [tuple(p) for p in report.user_properties]  # type: ignore[misc]

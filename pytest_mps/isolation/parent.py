@@ -14,7 +14,6 @@ import shutil
 import signal
 import tempfile
 import time
-import traceback
 
 import pytest
 
@@ -49,13 +48,7 @@ class _Forked:
     def __init__(self, item: pytest.Item, paths: child.Paths) -> None:
         self.pid = os.fork()
         if self.pid == 0:
-            try:
-                child.run(item, paths)
-            except BaseException:
-                with open(paths.stack, "a", encoding="utf-8") as file:
-                    traceback.print_exc(file=file)
-                os._exit(70)
-            os._exit(0)
+            child.run_then_exit(item, paths)
         self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:

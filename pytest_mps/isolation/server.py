@@ -22,7 +22,6 @@ import select
 import subprocess
 import sys
 import tempfile
-import traceback
 from typing import Any
 
 import pytest
@@ -251,17 +250,15 @@ def _device_started() -> str | None:
 
 
 def _child_main(item: pytest.Item, folder: str, inline: bool = False) -> None:
-    """Run one test in a forked child and leave without Python's shutdown."""
-    paths = child.Paths.in_folder(folder)
-    try:
-        child.run(item, paths)
-    except BaseException:
-        with open(paths.stack, "a", encoding="utf-8") as file:
-            traceback.print_exc(file=file)
-        os._exit(70)
-    if inline:
+    """Run one test here (a forked child, or the spawned server itself)."""
+
+    def say_done() -> None:
+        # a spawned server is the child: its parent waits for this line
         print(json.dumps({"status": 0}), file=_replies_of[0], flush=True)
-    os._exit(0)
+
+    child.run_then_exit(
+        item, child.Paths.in_folder(folder), say_done if inline else None
+    )
 
 
 #: The reply pipe of an inline (spawned) server, for its one status line.
