@@ -62,13 +62,13 @@ def test_crashes_and_hangs_fail_alone_and_the_session_finishes(
     result.stdout.fnmatch_lines_random(
         [
             "SIGABRT (signal 6, exit status 134 in a shell): the test's child process*",
-            "last device op it started: aten::add* at test_crashing.py:9",
+            "last device op it started: torch.Tensor.add at test_crashing.py:9",
             "its code when it died: test_crashing.py:10 in test_abort",
             "SIGSEGV (signal 11, *",
-            "last device op it started: aten::mul* at test_crashing.py:14",
+            "last device op it started: torch.Tensor.mul at test_crashing.py:14",
             "its code when it died: test_crashing.py:15 in test_segv",
             "Timeout: the test ran past its limit of 4 s (--mps-timeout=4)*killed*",
-            "device op in flight (or the last it started): aten::sum at "
+            "device op in flight (or the last it started): torch.Tensor.sum at "
             "test_crashing.py:19",
             "its code at the limit: test_crashing.py:23 in test_hang",
             "FAILED test_crashing.py::test_abort* - Failed: SIGABRT*",
@@ -233,7 +233,7 @@ def test_a_hang_in_the_main_process_stops_the_session_with_its_reports_written(
         [
             "Timeout: the test ran past its limit of 3 s (--mps-timeout=3) in the "
             "main process; the session stops here, with its reports written*",
-            "device op in flight (or the last it started): aten::sum at "
+            "device op in flight (or the last it started): torch.Tensor.sum at "
             "test_crashing.py:19",
             "its code at the limit: test_crashing.py:23 in test_hang",
             "*test_crashing.py::test_hang*ran past its limit*",

@@ -105,20 +105,21 @@ def run_then_exit(
 
 
 def warm() -> None:
-    """Build, once, what every child needs: each child would build it again.
+    """Load, once, what every child needs: each child would load it again.
 
-    The op record runs in the watch mode, whose class and the user-line filter
-    are made on first use; made here, before forking, they are inherited.
-    Only where torch is loaded (the record is not kept otherwise).
+    The op record names torch's calls (``torch.overrides``) and the user's
+    lines (whose filter is built on first use); done before forking, both are
+    inherited. Only where torch is loaded (the record is not kept otherwise).
     """
     import sys
 
     if "torch" not in sys.modules or warmed[0]:
         return
     warmed[0] = True
-    from pytest_mps.watch import locations, mode
+    import torch.overrides  # noqa: F401
 
-    mode.watch_mode([])
+    from pytest_mps.watch import locations
+
     locations.user_location()
 
 

@@ -7,7 +7,7 @@ imported only when a run or a test asks for isolation or a time limit.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -201,13 +201,16 @@ def _teardown_parent_fixtures(item: pytest.Item, nextitem: pytest.Item | None) -
         setupstate.teardown_exact(nextitem)
 
 
-def pytest_mps_watch_ops(item: pytest.Item) -> Callable[..., None] | None:
-    # The isolated child's (or the watchdog's) record of the last op started.
+@pytest.hookimpl(wrapper=True, trylast=True, specname="pytest_runtest_call")
+def pytest_runtest_call_recorded(item: pytest.Item) -> Generator[None, None, None]:
+    # The isolated child's (or the watchdog's) record of the last torch call.
     # Only where torch is loaded already: a test that never imported it runs
     # no device op, and importing it here would spend seconds of its limit.
-    if "torch" not in sys.modules:
-        return None
-    return record.current[0]
+    into = record.current[0]
+    if into is None or "torch" not in sys.modules:
+        return (yield)
+    with record.recording(into):
+        return (yield)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -1,10 +1,10 @@
 r"""The last device op a process started, kept where its parent can read it.
 
 A child that dies on SIGABRT or is killed past its time limit cannot say what it
-was doing; a small shared file can. Each aten op the test starts overwrites it
-with ``"aten::mm\tpath:line"`` (the op and the user's line that called it), so
-after the child is gone the parent reads the op in flight, or the last one the
-test started. In the main process the same record lives in memory, for the
+was doing; a small shared file can. Each torch call the test makes overwrites
+it with ``"torch.mm\tpath:line"`` (the call and the user's line that made it),
+so after the child is gone the parent reads the op in flight, or the last one
+the test started. In the main process the same record lives in memory, for the
 watchdog thread.
 """
 
@@ -35,13 +35,14 @@ class OpRecord:
             finally:
                 os.close(fd)
 
-    def __call__(
-        self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> None:
-        """Note ``func`` and the user's line: a watch-mode callback, before each op."""
+    def note(self, func: Any) -> None:
+        """Note the torch call ``func`` and the user's line, as the call starts."""
+        from torch.overrides import resolve_name
+
         from pytest_mps.watch.locations import user_location
 
-        self.write(f"{func._schema.name}\t{user_location()}")
+        name = resolve_name(func) or getattr(func, "__name__", repr(func))
+        self.write(f"{name}\t{user_location()}")
 
     def write(self, text: str) -> None:
         """Keep ``text`` as the last op started."""
@@ -91,3 +92,28 @@ def parse(text: str) -> tuple[str, str] | None:
 
 #: The record of the running test, when one is kept (a child, or the watchdog).
 current: list[OpRecord | None] = [None]
+
+
+def recording(into: OpRecord) -> Any:
+    """A ``TorchFunctionMode`` noting each torch call the test makes in ``into``.
+
+    At the torch-function level, not the dispatcher's: the test's own calls
+    (``torch.Tensor.add``, ``torch.nn.functional.linear``) with its lines, at a
+    few microseconds each, and nothing inside TorchScript, whose interpreter a
+    Python dispatch mode disturbed under ``--mps-emulate`` (kornia's
+    ``test_jit`` tests failed with an empty RuntimeError).
+    """
+    from torch.overrides import TorchFunctionMode
+
+    class Recording(TorchFunctionMode):
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: Mapping[str, Any] | None = None,
+        ) -> Any:
+            into.note(func)
+            return func(*args, **(kwargs or {}))
+
+    return Recording()

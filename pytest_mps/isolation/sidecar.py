@@ -64,8 +64,9 @@ class Sidecar:
     def close(self) -> None:
         """The session ended: faulthandler back to stderr, the sidecar told."""
         faulthandler.disable()
-        if self.was_enabled:
-            faulthandler.enable(file=sys.stderr, all_threads=True)
+        if self.was_enabled and sys.__stderr__ is not None:
+            # the process's own stderr: sys.stderr may be a capture's file now
+            faulthandler.enable(file=sys.__stderr__, all_threads=True)
         self.dumps.close()
         os.close(self._tests)
         try:
