@@ -61,6 +61,8 @@ def test_crashes_and_hangs_fail_alone_and_the_session_finishes(
     result.assert_outcomes(failed=3, passed=10)
     result.stdout.fnmatch_lines_random(
         [
+            "pytest-mps isolation: every test in a child process (*); a limit of "
+            "4 s (--mps-timeout=4) per test",
             "SIGABRT (signal 6, exit status 134 in a shell): the test's child process*",
             "last device op it started: torch.Tensor.add at test_crashing.py:9",
             "its code when it died: test_crashing.py:10 in test_abort",

@@ -63,6 +63,9 @@ def test_a_written_manifest_makes_the_next_run_green_and_each_change_fails_it(
 
     green = pytester.runpytest_subprocess(*args)
     green.assert_outcomes(xfailed=5, passed=1)
+    green.stdout.fnmatch_lines(
+        ["pytest-mps known failures: 5 listed in known/mps-macosnewest.txt"]
+    )
     assert green.ret == 0
 
     # fix one, skip one, change one's exception type

@@ -70,6 +70,18 @@ def pytest_configure(config: pytest.Config) -> None:
         _sidecars.append(sidecar)
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    limit = settings.session_limit(config)
+    parts = []
+    if settings.isolate_all(config):
+        parts.append(f"every test in a child process ({settings.start_method(config)})")
+    if limit is not None:
+        parts.append(f"a limit of {limit.describe()} per test")
+    if not parts:
+        return None
+    return f"pytest-mps isolation: {'; '.join(parts)}"
+
+
 def _manifest(config: pytest.Config) -> bool:
     return bool(
         config.getoption("mps_known_failures", None)

@@ -210,6 +210,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(state, "pytest-mps-known-failures")
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = config.stash.get(_state_key, None)
+    if state is None:
+        return None
+    writing = "; writing it at the end (--mps-known-failures-write)"
+    return (
+        f"pytest-mps known failures: {len(state.entries)} listed in {state.shown}"
+        f"{writing if state.writing else ''}"
+    )
+
+
 def _device(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("device") is not None:
