@@ -215,3 +215,19 @@ def test_a_missing_or_binary_manifest_says_what_to_do(
     alone.stderr.fnmatch_lines(
         ["ERROR: --mps-known-failures-write: give the file with --mps-known-failures*"]
     )
+
+
+def test_pytest_fail_is_pinned_as_failed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_fail="""
+        import pytest
+
+        def test_it():
+            pytest.fail("not yet")
+        """
+    )
+    args = ["--mps-known-failures=known.txt"]
+    pytester.runpytest(*args, "--mps-known-failures-write").assert_outcomes(failed=1)
+    listed = (pytester.path / "known.txt").read_text().splitlines()
+    assert "test_fail.py::test_it | Failed | cpu" in listed
+    pytester.runpytest(*args).assert_outcomes(xfailed=1)

@@ -23,6 +23,8 @@ import signal
 import tempfile
 from dataclasses import dataclass
 
+import pytest
+
 HEADER = (
     "# pytest-mps known failures (--mps-known-failures): a listed test that fails\n"
     "# this way is an xfail; one that passes, is skipped, or fails another way\n"
@@ -113,10 +115,10 @@ def exception_name(exc: BaseException) -> str:
     if isinstance(kind, str):
         return kind  # an isolated test's crash or timeout
     cls = type(exc)
+    if cls is pytest.fail.Exception:
+        return "Failed"  # pytest.fail's exception, by its public name
     if cls.__module__ == "builtins":
         return cls.__qualname__
-    if cls.__module__.startswith("_pytest."):
-        return cls.__qualname__  # Failed, from pytest.fail
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
