@@ -20,7 +20,7 @@ ratios emulated / plain (and watched / plain). Goal: <= 1.3x on the nanoGPT
 step with the watchers off (issue "--mps-emulate").
 
 Usage: ``python benchmarks/emulation_overhead.py [--preset nanogpt|tiny|both]
-[--rounds N] [--steps N] [--threads N] [--watch] [--design tags|wrapper]``.
+[--rounds N] [--steps N] [--threads N] [--watch]``.
 
 Measured on this workplace's 2-core CPU machine (torch 2.13.0+cpu, 2 threads),
 ``python benchmarks/emulation_overhead.py --preset both --rounds 11 --steps 2``:
@@ -127,17 +127,15 @@ def watchers() -> Callable[[], Any]:
     return context
 
 
-def run(
-    shape: str, rounds: int, steps: int, watch: bool = False, design: str = "tags"
-) -> dict[str, float]:
+def run(shape: str, rounds: int, steps: int, watch: bool = False) -> dict[str, float]:
     gpt = load_gpt()
-    emulation = Emulation((99, 0), fallback=False, design=design)
+    emulation = Emulation((99, 0), fallback=False)
     plain_step = make_step(gpt, shape, "cpu")
     emulation.install()
     try:
         emulated_step = make_step(gpt, shape, "mps")
         torch.manual_seed(2)
-        timed(emulated_step, 1)  # the first subclass dispatch imports modules
+        timed(emulated_step, 1)  # the first step imports modules
         # its own model, stepped in lockstep with the others
         watched_step = make_step(gpt, shape, "mps")
         torch.manual_seed(2)
@@ -205,23 +203,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--watch", action="store_true", help="also time the watchers")
-    parser.add_argument(
-        "--design",
-        choices=("tags", "wrapper"),
-        default="tags",
-        help="the emulated tensor's design (PYTEST_MPS_EMULATE_DESIGN)",
-    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     shapes = list(SHAPES) if args.preset == "both" else [args.preset]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"{args.rounds} rounds x {args.steps} steps, interleaved, "
-        f"{args.design} design"
+        f"{args.rounds} rounds x {args.steps} steps, interleaved"
     )
     for shape in shapes:
-        found = run(shape, args.rounds, args.steps, args.watch, args.design)
+        found = run(shape, args.rounds, args.steps, args.watch)
         print(
             f"{shape}: plain {found['plain_ms']:.1f} ms/step, emulated "
             f"{found['emulated_ms']:.1f} ms/step: {found['ratio']:.2f}x (paired "

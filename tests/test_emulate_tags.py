@@ -40,7 +40,7 @@ def run_emulated(
 
 @pytest.fixture
 def emulated() -> Iterator[Emulation]:
-    emulation = Emulation((99, 0), fallback=False, design="tags")
+    emulation = Emulation((99, 0), fallback=False)
     emulation.install()
     try:
         yield emulation
@@ -201,7 +201,7 @@ def test_a_training_step_equals_the_cpus_bit_for_bit(emulated: Emulation) -> Non
     torch.testing.assert_close(on_device, on_host, rtol=0, atol=0)
 
 
-def test_the_wrappers_false_alarms_run_as_on_a_mac(emulated: Emulation) -> None:
+def test_code_a_tensor_subclass_broke_runs_as_on_a_mac(emulated: Emulation) -> None:
     a = torch.tensor([1 + 2j], device="mps")
     assert (a * torch.conj(a)).cpu().tolist() == [(5 + 0j)]
     y = torch.zeros(3, device="mps")
@@ -249,7 +249,7 @@ def test_threads_and_the_default_device_see_the_device(emulated: Emulation) -> N
 def test_undo_leaves_torch_as_it_was() -> None:
     before = (torch.backends.mps.is_available(), torch.device, torch.Generator)
     for _ in range(5):
-        emulation = Emulation((99, 0), fallback=False, design="tags")
+        emulation = Emulation((99, 0), fallback=False)
         emulation.install()
         kept = torch.ones(2, device="mps")
         emulation.undo()
@@ -260,7 +260,7 @@ def test_undo_leaves_torch_as_it_was() -> None:
     assert tags.tagged(kept)
 
 
-def test_the_variable_picks_the_design(
+def test_device_tensors_are_plain_tensors(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(
@@ -274,30 +274,9 @@ def test_the_variable_picks_the_design(
             x + torch.ones(2)
         """
     )
-    result = run_emulated(pytester, monkeypatch)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["E*RuntimeError: " + TWO_DEVICES.format("mps:0", "cpu")]
-    )
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tag")
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["*PYTEST_MPS_EMULATE_DESIGN='tag': the designs are tags, wrapper*"]
-    )
-    # the earlier design stays reachable
+    # the retired design's variable selects nothing any more
     monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "wrapper")
-    pytester.makepyfile(
-        test_one="""
-        import torch
-
-        def test_mixed(device):
-            x = torch.ones(2, device=device)
-            assert x.device.type == "mps" and type(x) is not torch.Tensor
-            x + torch.ones(2)
-        """
-    )
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
+    result = run_emulated(pytester, monkeypatch)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["E*RuntimeError: " + TWO_DEVICES.format("mps:0", "cpu")]

@@ -5,11 +5,10 @@ tensors and its generator, in PyTorch's words, from :mod:`pytest_mps.ops` and
 the audit's rules), :mod:`.memory` (the emulated Mac's memory limit and
 PyTorch's out-of-memory error), :mod:`.tags` (which storages are on the device),
 :mod:`.op_rules` (per-op rules at the dispatcher's BackendSelect key),
-:mod:`.tagged` (the default design's function mode: tagged CPU tensors that
+:mod:`.tagged` (the function mode: tagged CPU tensors that
 act as MPS tensors), :mod:`.scripts` (TorchScript's outputs tagged, as it runs
 below the mode), :mod:`.explain` (``torch._dynamo.explain`` traced outside the
-mode), :mod:`.tensor` and :mod:`.calls` (the earlier design: a
-tensor subclass judged per aten op, and its function mode),
+mode),
 :mod:`.serialization` (``torch.save``/``torch.load`` as on a Mac), :mod:`.patching`
 (attributes replaced while installed),
 :mod:`.install` (putting it all into torch and taking it out), and

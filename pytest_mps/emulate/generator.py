@@ -2,7 +2,7 @@
 
 ``torch.Generator("mps")`` makes one under the emulation, and factories given
 ``device="mps"`` draw from :data:`default_generator` (``torch.manual_seed``
-and ``torch.mps.manual_seed`` seed it), in both designs.
+and ``torch.mps.manual_seed`` seed it).
 """
 
 from __future__ import annotations

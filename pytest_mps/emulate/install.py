@@ -9,7 +9,7 @@ layer (``torch.mps.manual_seed``, ``torch.mps.Event``,
 top. It also swaps in ``torch.Generator`` (``torch.Generator("mps")`` makes
 an :class:`~.generator.EmulatedGenerator`), answers ``torch.accelerator``'s
 questions with mps, registers the ``torch.save`` tag (:mod:`.serialization`)
-and enters the session's :class:`~.calls.EmulationMode`, in the calling thread
+and enters the session's :class:`~.tagged.TagMode`, in the calling thread
 and in every thread started while it is installed (torch function modes are
 thread-local: without this, ``torch.ones(3, device="mps")`` in a worker thread
 would reach the dispatcher as on a Linux build). :meth:`Emulation.undo`
@@ -18,7 +18,6 @@ restores every attribute it replaced.
 
 from __future__ import annotations
 
-import copyreg
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,6 @@ import torch
 
 from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
-    calls,
     explain,
     generator,
     lazy,
@@ -40,14 +38,7 @@ from pytest_mps.emulate import (
     serialization,
     tagged,
     tags,
-    tensor,
-    wrapped_ops,
 )
-
-#: The designs of the emulated tensor (see :class:`Emulation`).
-DESIGNS = ("tags", "wrapper")
-#: Chooses the design for ``--mps-emulate`` (tags unless set to wrapper).
-DESIGN_VARIABLE = "PYTEST_MPS_EMULATE_DESIGN"
 
 
 def generator_class(original: Any) -> Any:
@@ -72,51 +63,6 @@ def generator_class(original: Any) -> Any:
             return original(device)
 
     return Generator
-
-
-def device_class(original: Any) -> Any:
-    """``torch.device`` whose bare index names the emulated accelerator.
-
-    ``torch.device(0)`` asks C++ for the current accelerator (mps:0 on a Mac;
-    a Linux CPU build has none and raises); accelerate's ``device_map={"": 0}``
-    relies on it. Every other form is PyTorch's own, and what comes back is
-    always a real ``torch.device``, for which ``isinstance`` stays true.
-    """
-
-    class Meta(type):
-        def __instancecheck__(cls, obj: object) -> bool:
-            return isinstance(obj, original)
-
-        def __subclasscheck__(cls, sub: type) -> bool:
-            return issubclass(sub, original)
-
-    class device(metaclass=Meta):
-        # pickled by name, as torch.device: a load without the emulation
-        # finds PyTorch's own (see reduce_device)
-        __doc__ = original.__doc__
-        __module__ = "torch"
-        __qualname__ = "device"
-
-        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-            if (
-                len(args) == 1
-                and not kwargs
-                and type(args[0]) is int  # a bool is no index
-            ):
-                return original("mps", args[0])
-            return original(*args, **kwargs)
-
-    return device
-
-
-def reduce_device(value: Any) -> tuple[Any, tuple[Any, ...]]:
-    """Pickle a ``torch.device`` as a call of ``torch.device`` by name.
-
-    PyTorch's own reduction names its C type, which pickle cannot find under
-    ``torch.device`` while :func:`device_class` stands there.
-    """
-    args = (value.type,) if value.index is None else (value.type, value.index)
-    return torch.device, args
 
 
 def grouping(
@@ -261,10 +207,9 @@ def thread_start(
 class Emulation:
     """One emulated session: the policy, the patches and the mode.
 
-    ``design`` picks the emulated tensor: ``"tags"`` (:mod:`.tagged`, plain
-    CPU tensors whose storages are tagged, judged per torch call; the
-    default) or ``"wrapper"`` (:mod:`.tensor`, a subclass holding its CPU
-    data, judged per aten op; the earlier design, kept for comparison). See
+    Device tensors are plain CPU tensors whose storages are tagged
+    (:mod:`.tags`), judged per torch call (:mod:`.tagged`) and per aten op
+    where a kernel is missing or refuses arguments (:mod:`.op_rules`). See
     ``docs/emulation-design.md``.
     """
 
@@ -273,28 +218,17 @@ class Emulation:
         macos: tuple[int, int],
         fallback: bool,
         budget: memory.Budget | None = None,
-        design: str = "tags",
     ) -> None:
-        if design not in DESIGNS:
-            raise ValueError(
-                f"{DESIGN_VARIABLE}={design!r}: the designs are {', '.join(DESIGNS)}"
-            )
-        self.design = design
         self.policy = policy.Policy(mps_ops.load_table(), fallback, macos)
         self.budget = budget
         self.runtime = runtime.Runtime(macos, budget)
         self.patches = patching.Patches()
-        self.saved_items: list[tuple[dict[Any, Any], Any, Any]] = []
-        self.mode: calls.EmulationMode | tagged.TagMode | None = None
+        self.mode: tagged.TagMode | None = None
         self.serialization: serialization.Patches | None = None
         self.autocast: AutocastPatch | None = None
         self.lazy: lazy.Patches | None = None
         self.scripts: scripts.ScriptCalls | None = None
         self.explain: explain.ExplainCalls | None = None
-
-    def _set_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
-        self.saved_items.append((table, key, table.get(key, _MISSING)))
-        table[key] = value
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
         self.patches.patch(owner, name, value)
@@ -304,29 +238,19 @@ class Emulation:
         import torch.accelerator
         import torch.backends.mps
 
-        wrapped_ops.current[0] = self.policy
+        policy.current[0] = self.policy
         memory.current[0] = self.budget
         generator.default_generator.manual_seed(torch.initial_seed())
         self._set(torch._C, "_has_mps", True)
-        functions = self.runtime.functions()
-        if self.design == "tags":
-            functions["_mps_currentAllocatedMemory"] = tags.allocated_bytes
-            functions["_mps_driverAllocatedMemory"] = tags.allocated_bytes
-            tags.on_new[0] = None if self.budget is None else self.budget.track
-        for name, function in functions.items():
+        tags.on_new[0] = None if self.budget is None else self.budget.track
+        for name, function in self.runtime.functions().items():
             self._set(torch._C, name, function)
         self._set(torch, "Generator", generator_class(torch.Generator))
-        if self.design != "tags":  # the tags design's mode answers torch.device(0)
-            self._set_item(copyreg.dispatch_table, torch.device, reduce_device)
-            self._set(torch, "device", device_class(torch.device))
         self._set(torch, "compile", compile_eagerly())
         self._set(
             torch._C,
             "_group_tensors_by_device_and_dtype",
-            grouping(
-                torch._C._group_tensors_by_device_and_dtype,
-                tags.tagged if self.design == "tags" else tensor.is_emulated,
-            ),
+            grouping(torch._C._group_tensors_by_device_and_dtype, tags.tagged),
         )
         for name, function in runtime.accelerator_functions().items():
             if hasattr(torch.accelerator, name):
@@ -335,25 +259,19 @@ class Emulation:
             if hasattr(torch.mps, name):
                 self._set(torch.mps, name, function)
         _clear_caches(torch.backends.mps)
-        self.serialization = serialization.Patches(
-            _tag_loaded if self.design == "tags" else tensor.wrap
-        )
+        self.serialization = serialization.Patches(_tag_loaded)
         self.autocast = AutocastPatch()
         self.lazy = lazy.Patches()
         from pytest_mps.watch import device_mix
 
-        if self.design == "tags":
-            op_rules.register(self.policy)
-            op_rules.activate(self.policy)
-            device_mix.on_host[0] = tagged.on_host
-            device_mix.on_device[0] = tags.tagged
-            device_mix.judged[0] = True
-            self.scripts = scripts.ScriptCalls()
-            self.mode = tagged.TagMode(self.policy)
-            self.explain = explain.ExplainCalls(self.mode)
-        else:
-            device_mix.on_host[0] = policy.on_host
-            self.mode = calls.EmulationMode(self.policy)
+        op_rules.register(self.policy)
+        op_rules.activate(self.policy)
+        device_mix.on_host[0] = tagged.on_host
+        device_mix.on_device[0] = tags.tagged
+        device_mix.judged[0] = True
+        self.scripts = scripts.ScriptCalls()
+        self.mode = tagged.TagMode(self.policy)
+        self.explain = explain.ExplainCalls(self.mode)
         self._set(threading.Thread, "start", thread_start(threading.Thread.start, self))
         self.mode.__enter__()  # type: ignore[no-untyped-call]
 
@@ -387,12 +305,6 @@ class Emulation:
         op_rules.activate(None)
         tags.on_new[0] = None
         self.patches.undo()
-        for table, key, value in reversed(self.saved_items):
-            if value is _MISSING:
-                table.pop(key, None)
-            else:
-                table[key] = value
-        self.saved_items.clear()
         if self.runtime.events:
             # Events made under the emulation and still alive call
             # _mps_releaseEvent when collected: release ours quietly until
@@ -401,17 +313,14 @@ class Emulation:
                 self.runtime.events, torch._C._mps_releaseEvent
             )
         _clear_caches(torch.backends.mps)
-        wrapped_ops.current[0] = None
+        policy.current[0] = None
         memory.current[0] = None
 
 
-_MISSING = object()
-
-
 def _tag_loaded(host: torch.Tensor) -> torch.Tensor:
-    """A tensor ``torch.load`` puts on the device (tags design)."""
+    """A tensor ``torch.load`` puts on the device."""
     __tracebackhide__ = True
-    found = wrapped_ops.current[0]
+    found = policy.current[0]
     if found is not None:
         error = found.dtype_error(host.dtype)
         if error is not None:

@@ -1,7 +1,7 @@
 """``--mps-emulate``: run the suite on an emulated MPS device, on any machine.
 
 The family's front door, loaded at start-up; it imports torch and the
-emulation (:mod:`.install`, :mod:`.tensor`, :mod:`.calls`, :mod:`.policy`,
+emulation (:mod:`.install`, :mod:`.tagged`, :mod:`.policy`,
 :mod:`.serialization`) only when a run asks for it. The emulation is
 installed before the conftest files are imported (``pytest_load_initial_
 conftests``), so device selection at import time (``torch.device("mps" if
@@ -162,15 +162,11 @@ def _install(config: pytest.Config) -> None:
     if not backend.torch_installed():
         raise pytest.UsageError("--mps-emulate: torch is not installed")
     from pytest_mps.emulate import policy
-    from pytest_mps.emulate.install import DESIGN_VARIABLE, Emulation
+    from pytest_mps.emulate.install import Emulation
 
-    design = os.environ.get(DESIGN_VARIABLE) or "tags"
     try:
         emulation = Emulation(
-            _macos(config),
-            policy.fallback_enabled(os.environ),
-            _budget(config),
-            design=design,
+            _macos(config), policy.fallback_enabled(os.environ), _budget(config)
         )
     except ValueError as exc:
         raise pytest.UsageError(f"--mps-emulate: {exc}") from None

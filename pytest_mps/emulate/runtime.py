@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import generator, memory, wrapped_ops
+from pytest_mps.emulate import generator, memory, tags
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -44,8 +44,8 @@ class Runtime:
             "_mps_deviceSynchronize": lambda: None,
             "_mps_emptyCache": lambda: None,
             "_mps_setMemoryFraction": self.set_memory_fraction,
-            "_mps_currentAllocatedMemory": allocated_bytes,
-            "_mps_driverAllocatedMemory": allocated_bytes,
+            "_mps_currentAllocatedMemory": tags.allocated_bytes,
+            "_mps_driverAllocatedMemory": tags.allocated_bytes,
             "_mps_recommendedMaxMemory": self.recommended_max_memory,
             "_mps_acquireEvent": self.acquire_event,
             "_mps_releaseEvent": self.release_event,
@@ -97,16 +97,6 @@ class Runtime:
                 "Both events must be recorded before calculating elapsed time."
             )
         return (last - first) * 1000.0
-
-
-def allocated_bytes() -> int:
-    """Bytes held by the emulated tensors alive now (each storage once)."""
-    sizes: dict[int, int] = {}
-    for alive in list(wrapped_ops.live.values()):
-        storage = alive.untyped_storage()
-        sizes[storage.data_ptr()] = storage.nbytes()
-    sizes.pop(0, None)
-    return sum(sizes.values())
 
 
 def host_memory() -> int:

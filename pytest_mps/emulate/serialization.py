@@ -74,7 +74,7 @@ class _Rebuilt:
 
 
 def tag(storage: Any) -> str | None:
-    """``"mps"`` for the storage of an emulated tensor (either design)."""
+    """``"mps"`` for the storage of an emulated tensor."""
     if getattr(storage, MARK, False) or tags.storage_tagged(storage):
         return "mps"
     return None
@@ -91,7 +91,7 @@ def deserialize(storage: Any, location: str) -> Any:
 class Patches:
     """Registers the tagger and the rebuild; :meth:`undo` puts torch back.
 
-    ``wrap`` turns a CPU tensor into an emulated one (:func:`.tensor.wrap`).
+    ``wrap`` puts a loaded CPU tensor on the emulated device.
     """
 
     def __init__(self, wrap: Callable[[torch.Tensor], Any]) -> None:

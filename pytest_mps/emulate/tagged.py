@@ -22,7 +22,7 @@ call the user's code makes, once, however many aten ops it runs:
 Ops with no MPS kernel, and kernels that refuse some arguments, are judged
 per aten op by :mod:`.op_rules` while the mode runs a device call, in forward
 and backward. Per torch call this costs a dict lookup and a look at each
-tensor argument's storage, where the wrapper design pays a Python dispatch
+tensor argument's storage, where a tensor subclass would pay a Python dispatch
 per aten op.
 """
 
