@@ -45,9 +45,15 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def macos_version() -> str | None:
-    """The macOS version (``"14.5"``), or None off macOS."""
+    """The macOS version (``"14.5"``), or None off macOS.
+
+    The real host's: under ``--mps-emulate`` ``platform.mac_ver()`` answers
+    as the emulated Mac (emulate/host.py), ``sys.platform`` stays the host's.
+    """
     import platform
 
+    if sys.platform != "darwin":
+        return None
     release = platform.mac_ver()[0]
     return release or None
 

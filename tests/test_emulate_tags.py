@@ -31,8 +31,7 @@ MPS = torch.device("mps", 0)
 def run_emulated(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *options: str
 ) -> pytest.RunResult:
-    """The suite under ``--mps-emulate``, tags design, in a subprocess."""
-    monkeypatch.setenv("PYTEST_MPS_EMULATE_DESIGN", "tags")
+    """The suite under ``--mps-emulate``, in a subprocess."""
     return pytester.runpytest_subprocess(
         "--mps-emulate", *options, "-p", "no:cacheprovider"
     )

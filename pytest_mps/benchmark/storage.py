@@ -41,7 +41,8 @@ def cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    # uname's fields: the emulated Mac answers platform.processor() itself
+    return platform.uname().processor or platform.uname().machine
 
 
 def _slug(text: str) -> str:
@@ -69,8 +70,9 @@ def machine_info(benchmarks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     chip = backend.chip_name()
     info: dict[str, Any] = {
         "node": platform.node(),
-        "processor": platform.processor(),
-        "machine": platform.machine(),
+        # the real host's, under --mps-emulate too (emulate/host.py)
+        "processor": platform.uname().processor,
+        "machine": platform.uname().machine,
         "python_compiler": platform.python_compiler(),
         "python_implementation": platform.python_implementation(),
         "python_implementation_version": platform.python_version(),

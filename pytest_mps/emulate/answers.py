@@ -21,6 +21,23 @@ from pytest_mps.emulate.policy import CPU, MPS
 Tensor = torch.Tensor
 
 
+def accelerator_index(
+    args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """``to``'s arguments with an integer device read as ``mps:<index>``.
+
+    On a Mac ``t.to(0)`` and ``module.to(0)`` mean mps:0: c10's
+    ``deviceFromLong`` takes the current accelerator, which a Linux CPU build
+    lacks ("Cannot access accelerator device when none is available").
+    """
+    if args and type(args[0]) is int:  # a bool is no index
+        args = (torch.device("mps", args[0]), *args[1:])
+    device = kwargs.get("device")
+    if type(device) is int:
+        kwargs = {**kwargs, "device": torch.device("mps", device)}
+    return args, kwargs
+
+
 class TensorAnswers:
     """The answers of :class:`~.tagged.TagMode` for tagged tensors (a base class)."""
 
@@ -48,6 +65,13 @@ class TensorAnswers:
                 raise TypeError(message)
 
     def _pass(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return func(*args, **kwargs)
+
+    def _parse_to(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``_parse_to(0)`` (``Module.to(0)``): an integer is the accelerator."""
+        args, kwargs = accelerator_index(args, kwargs)
         return func(*args, **kwargs)
 
     def _device(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -114,8 +138,9 @@ class TensorAnswers:
             non_blocking = bool(rest.get("non_blocking", False))
             memory_format = None
         else:
+            parsed, options = accelerator_index(args[1:], rest)
             device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
-                *args[1:], **rest
+                *parsed, **options
             )
         if lazy.is_lazy(source):
             return lazy.move(source, device or source.device, dtype)

@@ -13,7 +13,8 @@ and enters the session's :class:`~.tagged.TagMode`, in the calling thread
 and in every thread started while it is installed (torch function modes are
 thread-local: without this, ``torch.ones(3, device="mps")`` in a worker thread
 would reach the dispatcher as on a Linux build). :meth:`Emulation.undo`
-restores every attribute it replaced.
+restores every attribute it replaced. The host answers ``platform``'s
+questions as an Apple-silicon Mac (:mod:`.host`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
     explain,
     generator,
+    host,
     lazy,
     memory,
     op_rules,
@@ -245,6 +247,7 @@ class Emulation:
         tags.on_new[0] = None if self.budget is None else self.budget.track
         for name, function in self.runtime.functions().items():
             self._set(torch._C, name, function)
+        host.present(self.patches, self.runtime.macos)
         self._set(torch, "Generator", generator_class(torch.Generator))
         self._set(torch, "compile", compile_eagerly())
         self._set(

@@ -6,7 +6,37 @@ with the message it fails with on a Mac.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class NotEmulatedError(RuntimeError):
+    """What the emulated device cannot do, where a Mac can (Metal, MPS-only ops).
+
+    A test that meets one fails with one line naming what is not emulated
+    (the emulation's plugin shortens its report), never with an error that
+    names the CPU or says MPS is not available while ``is_available()`` is true.
+    """
+
+
+# No text of PyTorch's: the emulation's own, for what only a real Mac can run.
+NOT_EMULATED = "not emulated by pytest-mps (--mps-emulate computes on the CPU): {what}"
+
+
+def not_emulated(what: str) -> NotEmulatedError:
+    """The error for ``what``, which the emulated device cannot do."""
+    return NotEmulatedError(NOT_EMULATED.format(what=what))
+
+
+def refuses(what: str) -> Callable[..., Any]:
+    """A function that raises :func:`not_emulated` for ``what`` when called."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        raise not_emulated(what)
+
+    return refuse
+
 
 # aten/src/ATen/mps/MPSFallback.mm, mps_error_fallback (TORCH_CHECK_NOT_IMPLEMENTED).
 NOT_IMPLEMENTED = (

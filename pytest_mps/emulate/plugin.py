@@ -18,7 +18,7 @@ instead, as on ``pytest --mps``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
@@ -47,6 +47,11 @@ MEMORY_HELP = (
 )
 
 _emulation_key: pytest.StashKey[Emulation] = pytest.StashKey()
+#: Storages tagged in the process when the test's setup began.
+_made_key: pytest.StashKey[int] = pytest.StashKey()
+#: The report attribute that says a test made a device tensor (it travels
+#: with the report from xdist workers and isolated children).
+USED = "mps_emulated_device_used"
 T = TypeVar("T")
 
 
@@ -224,11 +229,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         if emulation.budget is None
         else emulation.budget.describe()
     )
+    from pytest_mps.emulate import host
+
     return [
         f"pytest-mps emulate: MPS emulated on the CPU (macOS {target}, op table "
         f"of torch {emulation.policy.table.torch_version}); {fallback}",
         f"pytest-mps emulate: {memory}",
         f"pytest-mps emulate: {_guards(config)}",
+        f"pytest-mps emulate: {host.describe(macos)}",
     ]
 
 
@@ -258,7 +266,105 @@ def _guards(config: pytest.Config) -> str:
     return line
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _emulation_key in item.config.stash:
+        from pytest_mps.emulate import tagged, tags
+
+        item.stash[_made_key] = tags.made[0]
+        tagged.forget_draws()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if _emulation_key not in item.config.stash:
+        return report
+    from pytest_mps.emulate import messages, tagged, tags
+
+    start = item.stash.get(_made_key, None)
+    if start is not None:
+        setattr(report, USED, tags.made[0] > start)
+    draw = tagged.draws[0]
+    if report.failed and draw is not None and call.when == "call":
+        report.sections.append(
+            (
+                "pytest-mps emulate: random numbers",
+                f"This test drew random numbers on the emulated device ({draw[0]} "
+                f"at {draw[1]}). The emulated device draws the CPU's stream; a "
+                "Mac's MPS generator draws another, so values seeded and "
+                "recorded on a Mac differ here (and values recorded here differ "
+                "on a Mac).",
+            )
+        )
+    excinfo = call.excinfo
+    if (
+        report.failed
+        and excinfo is not None
+        and isinstance(excinfo.value, messages.NotEmulatedError)
+    ):
+        report.longrepr = _one_line(excinfo)
+    return report
+
+
+def _one_line(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+    """``path:line: NotEmulatedError: ...`` at the user's frame that called."""
+    from pytest_mps.watch.locations import is_library
+
+    where = ""
+    for entry in reversed(excinfo.traceback):
+        if not is_library(str(entry.path)):
+            where = f"{entry.path}:{entry.lineno + 1}: "
+            break
+    return f"{where}{type(excinfo.value).__name__}: {excinfo.value}"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    used = getattr(report, USED, None)
+    seen = _seen[0]
+    if used is None or seen is None:
+        return
+    ran, made = seen
+    if used:
+        made.add(report.nodeid)
+    if report.when == "call" and not report.skipped:
+        ran.add(report.nodeid)
+
+
+#: While an emulated session runs: the node ids of the tests whose call ran
+#: (not skipped), and of those that made a device tensor in any phase.
+_seen: list[tuple[set[str], set[str]] | None] = [None]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _emulation_key in session.config.stash:
+        _seen[0] = (set(), set())
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    seen = _seen[0]
+    if seen is None or _emulation_key not in config.stash:
+        return
+    ran = len(seen[0])
+    used = len(seen[0] & seen[1])
+    line = (
+        f"pytest-mps emulate: {used} of {ran} tests that ran made tensors on "
+        "the emulated device"
+    )
+    if ran and not used:
+        terminalreporter.write_line(
+            line + ": nothing ran on the emulated Mac (do the tests pick mps?)",
+            yellow=True,
+            bold=True,
+        )
+    else:
+        terminalreporter.write_line(line)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _seen[0] = None
     emulation = config.stash.get(_emulation_key, None)
     if emulation is not None:
         emulation.undo()

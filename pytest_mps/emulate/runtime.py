@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import generator, memory, tags
+from pytest_mps.emulate import generator, memory, messages, tags
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -56,6 +56,32 @@ class Runtime:
             "_mps_elapsedTimeOfEvents": self.elapsed_time,
             "_mps_get_name": lambda: NAME,
             "_mps_get_core_count": lambda: 0,
+            "_mps_maxBufferLength": self.max_buffer_length,
+            # MTL_CAPTURE_ENABLED unset, as on a Mac out of the box
+            "_mps_isCaptureEnabled": lambda: False,
+            "_mps_isCapturing": lambda: False,
+            "_mps_startCapture": messages.refuses(
+                "Metal GPU capture (torch.mps.profiler.metal_capture)"
+            ),
+            "_mps_stopCapture": messages.refuses(
+                "Metal GPU capture (torch.mps.profiler.metal_capture)"
+            ),
+            "_mps_profilerStartTrace": messages.refuses(
+                "the Metal profiler (torch.mps.profiler)"
+            ),
+            "_mps_profilerStopTrace": messages.refuses(
+                "the Metal profiler (torch.mps.profiler)"
+            ),
+            "_mps_compileShader": messages.refuses(
+                "Metal shaders (torch.mps.compile_shader)"
+            ),
+            "_mps_loadMetallibFromPath": messages.refuses(
+                "Metal libraries (torch.mps.load_metallib)"
+            ),
+            "_mps_loadMetalllib": messages.refuses(
+                "Metal libraries (torch.mps.load_metallib)"
+            ),
+            "_mps_host_alias_storage": messages.refuses("host aliases of MPS storages"),
         }
 
     def is_on_macos_or_newer(self, major: int, minor: int) -> bool:
@@ -73,6 +99,10 @@ class Runtime:
         if self.budget is not None:
             return self.budget.recommended
         return host_memory()
+
+    def max_buffer_length(self) -> int:
+        """The largest buffer Metal allocates: the emulated working set."""
+        return self.recommended_max_memory()
 
     def acquire_event(self, enable_timing: bool) -> int:
         """A new event id; its time is the host clock when it is recorded."""

@@ -51,6 +51,32 @@ _RANDOM_FACTORIES = frozenset(
     {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal}
 )
 _ALIASING_FACTORIES = frozenset({torch.as_tensor, torch.asarray})
+#: Calls that draw from a generator: on a Mac from MPS's own (Philox in
+#: Metal, aten/src/ATen/mps/MPSGeneratorImpl.mm), here from the CPU's
+#: stream, so a seeded draw gives other numbers than a Mac's.
+RANDOM_CALLS = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "normal_", "uniform_"}
+    | {"random_", "bernoulli", "bernoulli_", "exponential_", "geometric_"}
+    | {"cauchy_", "log_normal_", "multinomial", "rand_like", "randn_like"}
+    | {"randint_like", "poisson", "dropout", "dropout_", "alpha_dropout"}
+    | {"feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"}
+    | {"rrelu", "rrelu_", "gumbel_softmax"}
+)
+#: The first draw on the device since :func:`forget_draws`: (call, line).
+draws: list[tuple[str, str] | None] = [None]
+
+
+def forget_draws() -> None:
+    """Start a new test: no draw seen yet."""
+    draws[0] = None
+
+
+def _note_draw(name: str) -> None:
+    if draws[0] is None:
+        from pytest_mps.watch.locations import user_location
+
+        draws[0] = (name, user_location())
+
 
 #: Calls that take host tensors beside device ones by design: copies and
 #: moves, indexing with host indices (TensorAdvancedIndexing.cpp moves them,
@@ -136,6 +162,8 @@ def on_host(tensor: Tensor) -> bool:
 
 
 def _is_mps(device: Any) -> bool:
+    if type(device) is int:  # deviceFromLong: the accelerator, mps on a Mac
+        return True
     if type(device) is str:
         return device.partition(":")[0].strip() == "mps"
     return isinstance(device, torch.device) and device.type == "mps"
@@ -189,7 +217,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             Tensor.backward: self._backward,
             torch.autograd.backward: self._autograd,
             torch.autograd.grad: self._autograd,
-            torch._C._nn._parse_to: self._pass,
+            torch._C._nn._parse_to: self._parse_to,
             torch.device: self._device_of,
             # a move between the device and the host keeps the parameter
             # objects (param.data = moved), as dense tensors of any two
@@ -254,6 +282,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         name = self.names.get(func)
         if name is None:
             name = self.names[func] = _op_name(func)
+        if name in RANDOM_CALLS:
+            _note_draw(name)
         found = self.call_rules.get(func)
         if found is not None:
             # F.linear's own placement and dtype texts come first; the rule
@@ -354,6 +384,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             self.rules.check_generator(generator, MPS)
         elif func in _RANDOM_FACTORIES:
             options["generator"] = default_generator
+        if _op_name(func) in RANDOM_CALLS:
+            _note_draw(_op_name(func))
         with op_rules.INSIDE:
             out = func(*args, **options)
         if not isinstance(out, Tensor):

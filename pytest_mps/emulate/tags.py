@@ -32,6 +32,9 @@ MARK = "_pytest_mps_device"
 on_new: list[Callable[[torch.Tensor], None] | None] = [None]
 #: A weak reference to each tagged storage alive (its callback drops it).
 _live: set[weakref.ref[Any]] = set()
+#: How many storages were ever tagged in this process: a test that raised it
+#: made a tensor on the emulated device (the session's summary counts them).
+made = [0]
 
 
 def tag(tensor: torch.Tensor) -> None:
@@ -46,6 +49,7 @@ def tag(tensor: torch.Tensor) -> None:
             track(tensor)
         setattr(storage, MARK, True)
         _live.add(weakref.ref(storage, _live.discard))
+        made[0] += 1
 
 
 def untag(tensor: torch.Tensor) -> None:
