@@ -14,6 +14,10 @@ Usage::
 
     python benchmarks/real_suites.py kornia [--source DIR] [--paths tests/color ...]
     python benchmarks/real_suites.py accelerate [--source DIR]
+    python benchmarks/real_suites.py lightning [--source DIR]
+
+Lightning's run is its ``RunIf(mps=True)`` tests (every case of each), which
+skip on the CPU: the script says how many run emulated and which fail.
 
 ``--source`` takes a checkout or an unpacked sdist (without it, kornia is
 cloned at :data:`SUITES`' pinned commit and accelerate's sdist downloaded
@@ -52,6 +56,11 @@ class Suite:
     requires: tuple[str, ...] = ()
     device_in_ids: bool = False  # ids name the device: [cpu-float32] / [mps-float32]
     extra: dict[str, str] = field(default_factory=dict)
+    # run only the test functions whose decorators hold this text (Lightning's
+    # RunIf(mps=True)), every case of each
+    decorated: str = ""
+    # a pip requirement installed instead of the source tree (editable)
+    install: str = ""
 
 
 SUITES = {
@@ -116,6 +125,29 @@ SUITES = {
         ),
         device_in_ids=True,
         extra={"git": "https://github.com/pyg-team/pytorch_geometric"},
+    ),
+    # Lightning marks its MPS tests RunIf(mps=True), which asks
+    # MPSAccelerator.is_available(): torch.backends.mps.is_available() and
+    # platform.processor() in ("arm", "arm64"); the tests live in its
+    # repository, the package is PyPI's at the same version
+    "lightning": Suite(
+        pin="2.6.5",
+        paths=("tests/tests_fabric", "tests/tests_pytorch"),
+        plain=(),
+        emulated=("--mps-emulate",),
+        requires=(
+            "lightning==2.6.5",
+            "cloudpickle",
+            "onnx",
+            "onnxruntime",
+            "onnxscript",
+            "psutil",
+            "scikit-learn",
+            "tensorboardX",
+        ),
+        extra={"git": "https://github.com/Lightning-AI/pytorch-lightning"},
+        decorated="mps=True",
+        install="lightning==2.6.5",
     ),
     # accelerate picks mps itself when torch.backends.mps.is_available(); its
     # sdist ships the tests
@@ -250,6 +282,46 @@ def outdated(test_id: str) -> Limitation | None:
     return None
 
 
+def decorated_tests(source: Path, paths: list[str], text: str) -> list[str]:
+    """Node ids of the test functions under ``paths`` whose decorators hold ``text``.
+
+    A class's test methods count when the class or the method is decorated.
+    """
+    import ast
+
+    found = []
+    files = []
+    for path in paths:
+        where = source / path
+        files += sorted(where.rglob("test_*.py")) if where.is_dir() else [where]
+    for file in files:
+        code = file.read_text(encoding="utf-8")
+        if text not in code:
+            continue
+        relative = file.relative_to(source)
+
+        def marked(node: ast.AST, code: str = code) -> bool:
+            decorators = getattr(node, "decorator_list", [])
+            return any(
+                text in (ast.get_source_segment(code, d) or "") for d in decorators
+            )
+
+        for node in ast.parse(code).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and marked(
+                node
+            ):
+                found.append(f"{relative}::{node.name}")
+            elif isinstance(node, ast.ClassDef):
+                for method in node.body:
+                    if (
+                        isinstance(method, ast.FunctionDef)
+                        and method.name.startswith("test")
+                        and (marked(node) or marked(method))
+                    ):
+                        found.append(f"{relative}::{node.name}::{method.name}")
+    return found
+
+
 def run(command: list[str], cwd: Path | None = None, timeout: float = 7200) -> None:
     """Run ``command`` showing it; stop the script if it fails."""
     print("$", " ".join(command), flush=True)
@@ -297,7 +369,8 @@ def make_venv(source: Path, suite: Suite, venv: Path) -> Path:
     pip = [str(python), "-m", "pip", "install", "-q"]
     run([*pip, f"torch=={torch.__version__.split('+')[0]}"])
     run([*pip, "pytest", *suite.requires])
-    run([*pip, "--no-deps", "-e", str(source)])
+    if not suite.install:
+        run([*pip, "--no-deps", "-e", str(source)])
     run([*pip, "--no-deps", "-e", str(ROOT)])
     return python
 
@@ -425,6 +498,19 @@ def report(name: str, plain: dict[str, Outcome], emulated: dict[str, Outcome]) -
         if len(tests) > 3:
             print(f"      ... and {len(tests) - 3} more")
     ran = sum(1 for o in plain.values() if o.passed)
+    unlocked = {
+        test_id: outcome
+        for test_id, outcome in emulated.items()
+        if test_id in plain and plain[test_id].skipped and not outcome.skipped
+    }
+    if unlocked:
+        failing = {t: o for t, o in unlocked.items() if not o.passed}
+        print(
+            f"\n== {name}: {len(unlocked)} tests skip on the CPU and run emulated: "
+            f"{len(unlocked) - len(failing)} passed, {len(failing)} failed"
+        )
+        for test_id, outcome in sorted(failing.items()):
+            print(f"      {test_id}: {outcome.first_line}")
     print(
         f"\n== {name}: {ran} passed on the CPU; {len(new)} of them fail emulated: "
         f"{true} true MPS limitations, {false} false alarms "
@@ -454,6 +540,9 @@ def main() -> int:
     source = args.source or fetch(args.suite, suite, workdir)
     python = make_venv(source, suite, args.venv or workdir / "venv")
     paths = args.paths or list(suite.paths)
+    if suite.decorated:
+        paths = decorated_tests(source, paths, suite.decorated)
+        print(f"{len(paths)} test functions decorated with {suite.decorated!r}")
     common = [
         "-m",
         "pytest",
