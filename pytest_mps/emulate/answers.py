@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import lazy, messages, op_rules, tags
+from pytest_mps.emulate import backward, lazy, messages, op_rules, tags
 from pytest_mps.emulate.policy import CPU, MPS
 
 Tensor = torch.Tensor
@@ -245,16 +245,41 @@ class TensorAnswers:
                     f"invalid gradient at index 0 - expected device {MPS} but got "
                     f"{gradient.device}"
                 )
-        with op_rules.INSIDE:
+        with op_rules.INSIDE, backward.ON_DEVICE:
             return func(*args, **kwargs)
 
     def _autograd(
         self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
-        """``torch.autograd.backward``/``grad``: the rules hold in backward."""
+        """``torch.autograd.backward``/``grad`` from device tensors: as on a Mac.
+
+        The rules hold in backward, Python run by autograd sees the device,
+        and each gradient ``grad`` returns is on its input's device. A
+        backward of host tensors alone (a float64 ``gradcheck``) is the CPU's.
+        """
         __tracebackhide__ = True
-        with op_rules.INSIDE:
+        roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+        if not any(tags.tagged(r) for r in _as_tuple(roots)):
+            return func(*args, **kwargs)
+        with op_rules.INSIDE, backward.ON_DEVICE:
             out = func(*args, **kwargs)
         if func is torch.autograd.grad:
-            tags.tag_outputs(out, (), frozenset())
+            inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+            for grad, given in zip(_as_tuple(out), _as_tuple(inputs), strict=False):
+                if isinstance(grad, Tensor) and tags.tagged(given):
+                    tags.tag(grad)
         return out
+
+    def _register_hook(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``t.register_hook(hook)``: a device tensor's gradient is on the device."""
+        if tags.tagged(args[0]) and len(args) > 1:
+            return func(args[0], backward.tensor_hook(args[1]), *args[2:], **kwargs)
+        return func(*args, **kwargs)
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,)

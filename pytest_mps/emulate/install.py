@@ -27,6 +27,7 @@ import torch
 
 from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
+    backward,
     explain,
     generator,
     host,
@@ -248,6 +249,7 @@ class Emulation:
         for name, function in self.runtime.functions().items():
             self._set(torch._C, name, function)
         host.present(self.patches, self.runtime.macos)
+        backward.install(self.patches, lambda: self.mode)
         self._set(torch, "Generator", generator_class(torch.Generator))
         self._set(torch, "compile", compile_eagerly())
         self._set(

@@ -217,6 +217,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             Tensor.backward: self._backward,
             torch.autograd.backward: self._autograd,
             torch.autograd.grad: self._autograd,
+            Tensor.register_hook: self._register_hook,
             torch._C._nn._parse_to: self._parse_to,
             torch.device: self._device_of,
             # a move between the device and the host keeps the parameter
@@ -309,7 +310,10 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             message = self.bad_dtypes.get(out.dtype)
             if message is not None:
                 raise TypeError(message)
-            marks = out.untyped_storage().__dict__
+            try:
+                marks = out.untyped_storage().__dict__
+            except (RuntimeError, NotImplementedError, ValueError):
+                return out  # a functorch wrapper or sparse: no storage of its own
             if MARK not in marks and (not hosts or all(out is not h for h in hosts)):
                 if out.dim() > kernels.MAX_DIMS:  # a new allocation on the device
                     raise RuntimeError(kernels.too_many_dims(out.dim()))

@@ -1,0 +1,126 @@
+"""Python that autograd runs during a backward on the device sees the device.
+
+The gradients autograd computes for device tensors are made by C++ kernels on
+the CPU tensors underneath, so nothing tags them: a custom
+``autograd.Function.backward``, a tensor hook or a module backward hook would
+read ``grad.device`` as the CPU, and ``grad.double()`` there would run where a
+Mac refuses it. While a backward started from a device tensor runs
+(:data:`running`, raised by the function mode's ``backward`` and
+``autograd.grad``), the gradients handed to those three are tagged before the
+user's code sees them. The function mode handles ``backward()`` with itself
+off the stack, as every torch-function handler runs, so the engine is started
+with the mode pushed again (``torch.autograd._engine_run_backward``): autograd
+runs a CPU graph in the caller's thread with the thread's modes, and the
+user's backward code meets the mode, its answers and its refusals, as
+anywhere. A backward of CPU tensors (a float64 ``gradcheck``) is left alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pytest_mps.emulate import patching, tags
+
+
+class _Running(threading.local):
+    depth = 0
+
+
+#: Above 0 while the thread runs a backward started from a device tensor.
+running = _Running()
+
+
+class on_device:
+    """Marks the calling thread as running a backward on the device."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        running.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        running.depth -= 1
+
+
+ON_DEVICE = on_device()
+
+
+def tag_gradients(values: Any) -> None:
+    """Tag every tensor in ``values`` (a tensor, or a tuple or list of them)."""
+    if isinstance(values, torch.Tensor):
+        tags.tag(values)
+    elif isinstance(values, (tuple, list)):
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                tags.tag(value)
+
+
+def tensor_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``hook`` for ``t.register_hook`` of a device tensor: its gradient is too."""
+
+    def device_hook(grad: Any) -> Any:
+        if isinstance(grad, torch.Tensor):
+            tags.tag(grad)
+        return hook(grad)
+
+    return device_hook
+
+
+def _module_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    def device_hook(module: Any, *grads: Any) -> Any:
+        if running.depth:
+            for value in grads:
+                tag_gradients(value)
+        return hook(module, *grads)
+
+    return device_hook
+
+
+def install(patches: patching.Patches, mode: Callable[[], Any]) -> None:
+    """Tag the gradients of custom Functions and module backward hooks.
+
+    ``mode()`` gives the session's function mode, pushed while the engine
+    runs a backward on the device.
+    """
+    import torch.autograd
+    from torch.autograd.function import BackwardCFunction
+    from torch.utils.hooks import BackwardHook
+
+    engine = torch.autograd._engine_run_backward  # type: ignore[attr-defined]
+
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        current = mode()
+        if running.depth and current is not None:
+            with current:
+                return engine(*args, **kwargs)
+        return engine(*args, **kwargs)
+
+    patches.patch(torch.autograd, "_engine_run_backward", run_backward)
+
+    apply = BackwardCFunction.apply
+
+    def device_apply(self: Any, *args: Any) -> Any:
+        if running.depth:
+            tag_gradients(args)
+        return apply(self, *args)  # type: ignore[no-untyped-call]
+
+    device_apply.__doc__ = apply.__doc__
+    patches.patch(BackwardCFunction, "apply", device_apply)
+
+    init = BackwardHook.__init__
+
+    def device_init(
+        self: Any, module: Any, user_hooks: Any, user_pre_hooks: Any
+    ) -> None:
+        init(
+            self,
+            module,
+            [_module_hook(h) for h in user_hooks],
+            [_module_hook(h) for h in user_pre_hooks],
+        )
+
+    patches.patch(BackwardHook, "__init__", device_init)
