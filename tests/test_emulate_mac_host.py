@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -255,3 +256,49 @@ def test_isolated_tests_are_counted(pytester: pytest.Pytester) -> None:
 
 def test_torch_is_importable_here() -> None:
     assert torch.backends.mps.is_available() is False or sys.platform == "darwin"
+
+
+def test_mps_only_ops_and_extensions_are_named_not_emulated(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_only="""
+        import torch
+
+        def test_int4pack():
+            w = torch.zeros(64, 32, dtype=torch.uint8, device="mps")
+            torch._convert_weight_to_int4pack(w, 2)
+
+        def test_metal_extension():
+            import torch.utils.cpp_extension as ce
+            ce.load_inline(
+                "mine",
+                cpp_sources="#include <ATen/native/mps/MetalShaderLibrary.h>",
+                functions=["f"],
+            )
+        """
+    )
+    result = run_emulated(pytester)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_only.py:5: NotEmulatedError: not emulated by pytest-mps "
+            "(--mps-emulate computes on the CPU): aten::_convert_weight_to_int4pack, "
+            "which has an MPS kernel and no CPU kernel to compute it with",
+            "*test_only.py:9: NotEmulatedError: *C++ extensions built against MPS "
+            "or Metal (torch.utils.cpp_extension)",
+        ]
+    )
+    assert "'CPU' backend" not in result.stdout.str()
+
+
+def test_the_extension_check_reads_sources_and_files(tmp_path: Any) -> None:
+    from pytest_mps.emulate.extensions import mac_only_sources
+
+    assert mac_only_sources(["#include <ATen/native/mps/OperationUtils.h>"])
+    assert mac_only_sources(["#import <Metal/Metal.h>"])
+    assert not mac_only_sources(["#include <torch/extension.h>"])
+    plain = tmp_path / "ok.cpp"
+    plain.write_text("#include <torch/extension.h>\n")
+    assert not mac_only_sources((), [str(plain)])
+    assert mac_only_sources((), [str(tmp_path / "kernel.mm")])

@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
-import sys
-import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -79,69 +75,15 @@ def explaining(explain: Callable[..., Any], mode: Any) -> Callable[..., Any]:
     return wrapper
 
 
-class _Loader(importlib.abc.Loader):
-    """Loads a module with its own loader, then hands it to ``loaded``."""
-
-    def __init__(
-        self, loader: importlib.abc.Loader, loaded: Callable[[Any], None]
-    ) -> None:
-        self.loader = loader
-        self.loaded = loaded
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self.loader.exec_module(module)
-        self.loaded(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Catches the first import of :data:`MODULE` (see the module doc)."""
-
-    def __init__(self, loaded: Callable[[Any], None]) -> None:
-        self.loaded = loaded
-
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader, self.loaded)
-                return spec
-        return None
-
-
-class ExplainCalls(patching.Patches):
+class ExplainCalls(patching.OnImport):
     """Replaces ``torch._dynamo.explain`` now, or when it is first imported."""
 
     def __init__(self, mode: Any) -> None:
-        super().__init__()
         self.mode = mode
-        self.finder: _Finder | None = None
-        module = sys.modules.get(MODULE)
-        if module is not None:
-            self._replace(module)
-        else:
-            self.finder = _Finder(self._replace)
-            sys.meta_path.insert(0, self.finder)
+        super().__init__(MODULE)
 
-    def _replace(self, module: Any) -> None:
+    def imported(self, module: Any) -> None:
+        """Wrap ``explain`` to trace outside the mode."""
         explain = getattr(module, "explain", None)
         if explain is not None:
             self.patch(module, "explain", explaining(explain, self.mode))
-
-    def undo(self) -> None:
-        """Put ``explain`` back and stop watching imports."""
-        if self.finder is not None and self.finder in sys.meta_path:
-            sys.meta_path.remove(self.finder)
-        self.finder = None
-        super().undo()

@@ -29,6 +29,7 @@ from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
     backward,
     explain,
+    extensions,
     generator,
     host,
     lazy,
@@ -232,6 +233,7 @@ class Emulation:
         self.lazy: lazy.Patches | None = None
         self.scripts: scripts.ScriptCalls | None = None
         self.explain: explain.ExplainCalls | None = None
+        self.extensions: extensions.ExtensionCalls | None = None
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
         self.patches.patch(owner, name, value)
@@ -277,6 +279,7 @@ class Emulation:
         self.scripts = scripts.ScriptCalls()
         self.mode = tagged.TagMode(self.policy)
         self.explain = explain.ExplainCalls(self.mode)
+        self.extensions = extensions.ExtensionCalls()
         self._set(threading.Thread, "start", thread_start(threading.Thread.start, self))
         self.mode.__enter__()  # type: ignore[no-untyped-call]
 
@@ -299,6 +302,9 @@ class Emulation:
         if self.explain is not None:
             self.explain.undo()
             self.explain = None
+        if self.extensions is not None:
+            self.extensions.undo()
+            self.extensions = None
         if self.autocast is not None:
             self.autocast.undo()
             self.autocast = None

@@ -28,6 +28,7 @@ per aten op.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -303,6 +304,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         _calls.hosts = hosts
         try:
             out = func(*args, **kwargs)
+        except NotImplementedError as error:
+            raise _mps_only(error, self.rules) from None
         finally:
             depth.value -= 1
             _calls.hosts = outer
@@ -391,7 +394,10 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         if _op_name(func) in RANDOM_CALLS:
             _note_draw(_op_name(func))
         with op_rules.INSIDE:
-            out = func(*args, **options)
+            try:
+                out = func(*args, **options)
+            except NotImplementedError as error:
+                raise _mps_only(error, self.rules) from None
         if not isinstance(out, Tensor):
             return out
         if not tags.tagged(out) and (
@@ -403,6 +409,29 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
+
+
+_NO_CPU_KERNEL = re.compile(
+    r"Could not run '(aten::[\w.]+)' with arguments from the 'CPU' backend"
+)
+
+
+def _mps_only(error: NotImplementedError, rules: policy.Policy) -> Exception:
+    """The error for a device call whose op has no CPU kernel.
+
+    The dispatcher's text names the CPU, which a Mac would not: an op with an
+    MPS kernel (``_convert_weight_to_int4pack``, MPS's own attention) is not
+    emulated; one without runs nowhere here or on a Mac, in the Mac's words.
+    """
+    found = _NO_CPU_KERNEL.search(str(error))
+    if found is None:
+        return error
+    op = found.group(1)
+    if rules.table.predict(op).outcome == "mps":
+        return messages.not_emulated(
+            f"{op}, which has an MPS kernel and no CPU kernel to compute it with"
+        )
+    return NotImplementedError(str(error).replace("'CPU' backend", "'MPS' backend"))
 
 
 def _property(owner: type, name: str) -> Any:
