@@ -433,3 +433,28 @@ def test_dynamo_explain_counts_the_users_graphs_alone(
     )
     result = run_emulated(pytester, monkeypatch)
     result.assert_outcomes(passed=2)
+
+
+def test_dtypes_the_cpu_kernel_lacks_compute_as_on_a_mac(emulated: Emulation) -> None:
+    x = torch.linspace(0.1, 2.0, 5, dtype=torch.float16, device="mps")
+    got = torch.special.bessel_j0(x)
+    assert got.dtype == torch.float16 and got.device == MPS
+    want = torch.special.bessel_j0(x.cpu().float()).half()
+    assert torch.equal(got.cpu(), want)
+    out = torch.empty_like(x)
+    torch.special.bessel_j0(x, out=out)
+    assert torch.equal(out.cpu(), want)
+    a = torch.rand(3, 4, dtype=torch.bfloat16, device="mps")
+    assert torch.cdist(a, a).dtype == torch.bfloat16
+    magnitude = torch.ones(2, dtype=torch.float16, device="mps")
+    assert torch.polar(magnitude, magnitude).dtype == torch.complex32
+    # where PyTorch's MPS lists say the Mac's kernel fails too, the CPU's
+    # error stays (common_mps.py: linalg.eig is unimplemented on MPS)
+    from pytest_mps.emulate import widen
+
+    assert widen.fails_on_mps(torch.linalg.eig, torch.float16, (99, 0))
+    assert not widen.fails_on_mps(torch.special.bessel_j0, torch.float16, (99, 0))
+    assert widen.opinfo_key(torch.special.bessel_j0) == "special.bessel_j0"
+    assert widen.opinfo_key(torch.nn.functional.avg_pool3d) == (
+        "nn.functional.avg_pool3d"
+    )

@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import messages, op_rules, policy, tags
+from pytest_mps.emulate import messages, op_rules, policy, tags, widen
 from pytest_mps.emulate.answers import TensorAnswers
 from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
@@ -304,8 +304,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         _calls.hosts = hosts
         try:
             out = func(*args, **kwargs)
-        except NotImplementedError as error:
-            raise _mps_only(error, self.rules) from None
+        except RuntimeError as error:  # NotImplementedError too
+            out = self._after_error(func, args, kwargs, error)
         finally:
             depth.value -= 1
             _calls.hosts = outer
@@ -325,6 +325,26 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         self._check_dtype(out)
         tags.tag_outputs(out, hosts, HOST_OUTPUTS.get(name, frozenset()))
         return out
+
+    def _after_error(
+        self,
+        func: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        error: RuntimeError,
+    ) -> Any:
+        """A device call the CPU refused: computed as a Mac would, or an error.
+
+        A dtype the CPU kernel lacks and the MPS kernel has is computed wider
+        (:mod:`.widen`); an op with no CPU kernel is named not emulated.
+        """
+        __tracebackhide__ = True
+        dtype = widen.narrow_dtype(error)
+        if dtype is not None and not widen.fails_on_mps(func, dtype, self.rules.macos):
+            return widen.computed_wider(func, args, kwargs, dtype)
+        if isinstance(error, NotImplementedError):
+            raise _mps_only(error, self.rules) from None
+        raise error
 
     # -- checks ---------------------------------------------------------------------
 

@@ -1,0 +1,133 @@
+"""Dtypes an MPS kernel has and the CPU kernel lacks, computed as a Mac would.
+
+Many MPS kernels take float16 and bfloat16 where the CPU's stop at float32
+(the ``torch.special`` polynomials and Bessel functions, ``cdist``,
+``avg_pool3d``, ``polar``, complex32 ``sqrt``): the emulated device would fail
+there with the CPU's ``"bessel_j0_cpu" not implemented for 'Half'``, a false
+alarm. A device call that fails so is computed again with those inputs widened
+(float16 and bfloat16 to float32, complex32 to complex64) and its outputs of
+the wider dtype narrowed back, as the Mac's kernel gives them in the input's
+dtype (in place for ``op_``). Numbers may differ in the last bits from a Mac's,
+which computes in half precision on the GPU.
+
+Not where PyTorch says the MPS kernel fails at that dtype too: an op listed
+for it in ``common_mps.py``'s lists of ops expected to fail on MPS
+(:mod:`pytest_mps.audit.expectations`, read once) keeps the CPU's error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+#: The CPU's dispatch error for a dtype its kernel lacks (AT_DISPATCH).
+NOT_IMPLEMENTED = re.compile(r"not implemented for '(Half|BFloat16|ComplexHalf)'")
+_NAMED = {
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+    "ComplexHalf": torch.complex32,
+}
+WIDER = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.complex32: torch.complex64,
+}
+#: ``torch.special.bessel_j0`` is ``special_bessel_j0`` in C++: the OpInfo's name.
+_MODULES = (
+    ("torch.special", "special."),
+    ("torch._C._special", "special."),
+    ("torch.nn.functional", "nn.functional."),
+    ("torch._C._nn", "nn.functional."),
+    ("torch.linalg", "linalg."),
+    ("torch._C._linalg", "linalg."),
+    ("torch.fft", "fft."),
+    ("torch._C._fft", "fft."),
+)
+_lists: list[Any] = []
+
+
+def opinfo_key(func: Any) -> str:
+    """The OpInfo name PyTorch's MPS lists use for a torch call."""
+    name = getattr(func, "__name__", "") or ""
+    module = getattr(func, "__module__", "") or ""
+    for prefix, key in _MODULES:
+        if module == prefix:
+            short = key.split(".")[0] + "_"
+            return key + name.removeprefix(short)
+    if name.startswith("special_"):
+        return "special." + name.removeprefix("special_")
+    return name.removesuffix("_")
+
+
+def fails_on_mps(func: Any, dtype: torch.dtype, macos: tuple[int, int]) -> bool:
+    """True when PyTorch's MPS lists expect ``func`` to fail at ``dtype``."""
+    if not _lists:
+        from pytest_mps.audit import expectations
+
+        try:
+            _lists.append(expectations.read_lists(expectations.common_mps_path()))
+        except expectations.SourceError:
+            _lists.append(None)
+    lists = _lists[0]
+    if lists is None:
+        return False
+    found = lists.verdict(opinfo_key(func), str(dtype).removeprefix("torch."), macos)
+    return found is not None and found[0]
+
+
+def narrow_dtype(error: BaseException) -> torch.dtype | None:
+    """The dtype a CPU kernel said it lacks, or None for another error."""
+    found = NOT_IMPLEMENTED.search(str(error))
+    return None if found is None else _NAMED[found.group(1)]
+
+
+def _widen(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype == dtype:
+        return value.to(WIDER[dtype])
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_widen(v, dtype) for v in value)
+    return value
+
+
+#: What an output of the wider dtype was on the Mac, per narrow input dtype
+#: (``polar`` of float16 gives complex32).
+_NARROWED = {
+    torch.float16: {torch.float32: torch.float16, torch.complex64: torch.complex32},
+    torch.bfloat16: {torch.float32: torch.bfloat16},
+    torch.complex32: {torch.complex64: torch.complex32, torch.float32: torch.float16},
+}
+
+
+def _narrow(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        narrow = _NARROWED[dtype].get(value.dtype)
+        return value if narrow is None else value.to(narrow)
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_narrow(v, dtype) for v in value)
+    return value
+
+
+def computed_wider(
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    dtype: torch.dtype,
+) -> Any:
+    """``func`` run with ``dtype`` tensors widened, its outputs narrowed back."""
+    wide_args = [_widen(a, dtype) for a in args]
+    wide_kwargs = {k: _widen(v, dtype) for k, v in kwargs.items()}
+    out = func(*wide_args, **wide_kwargs)
+    given = kwargs.get("out")
+    if isinstance(given, torch.Tensor):
+        given.copy_(wide_kwargs["out"])
+        return given
+    name = getattr(func, "__name__", "") or ""
+    if name.endswith("_") and not name.endswith("__") and args:
+        first = args[0]
+        if isinstance(first, torch.Tensor) and first.dtype == dtype:
+            first.copy_(wide_args[0])
+            return first
+    return _narrow(out, dtype)
