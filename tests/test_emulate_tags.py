@@ -458,3 +458,35 @@ def test_dtypes_the_cpu_kernel_lacks_compute_as_on_a_mac(emulated: Emulation) ->
     assert widen.opinfo_key(torch.nn.functional.avg_pool3d) == (
         "nn.functional.avg_pool3d"
     )
+
+
+def test_a_bad_index_is_a_device_side_assert(emulated: Emulation) -> None:
+    error = getattr(torch, "AcceleratorError", RuntimeError)
+    with pytest.raises(error, match="out of bounds"):
+        torch.gather(torch.zeros(3, 4, device="mps"), 1, torch.tensor([[4]]).to("mps"))
+    with pytest.raises(error, match=r"expects p to be in \[0, 1\]"):
+        torch.bernoulli(torch.tensor([1.5], device="mps"))
+    # the CPU's own errors stay the CPU's
+    with pytest.raises(RuntimeError, match="out of bounds") as caught:
+        torch.gather(torch.zeros(3, 4), 1, torch.tensor([[4]]))
+    assert type(caught.value) is not error or error is RuntimeError
+
+
+def test_events_range_and_host_indices_work_as_on_a_mac(emulated: Emulation) -> None:
+    start = torch.Event("mps", enable_timing=True)
+    start.record()
+    end = torch.Event("mps", enable_timing=True)
+    end.record()
+    assert isinstance(start, torch.Event) and start.device == MPS
+    assert start.elapsed_time(end) >= 0 and end.query()
+    made = torch.range(0, 3, device="mps")
+    assert made.device == MPS and made.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    # tensor_split's indices are a CPU tensor by PyTorch's rule
+    parts = torch.tensor_split(torch.arange(6.0, device="mps"), torch.tensor([2, 4]))
+    assert [p.device for p in parts] == [MPS] * 3
+    # sparse tensors run on a Mac's SparseMPS kernels, not judged by the dense table
+    assert torch.ones(2, 2, device="mps").to_sparse().to_dense().sum().item() == 4
+    from pytest_mps.emulate.messages import NotEmulatedError
+
+    with pytest.raises(NotEmulatedError, match="Philox offset"):
+        torch.mps._get_default_mps_generator().get_offset()

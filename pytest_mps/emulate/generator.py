@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from pytest_mps.emulate.messages import not_emulated
 from pytest_mps.emulate.policy import MPS
 
 
@@ -29,6 +30,16 @@ class EmulatedGenerator(torch._C.Generator):
     def device(self) -> torch.device:  # type: ignore[override]
         """``mps:0``, as for a generator made with ``torch.Generator("mps")``."""
         return MPS
+
+    def get_offset(self) -> int:
+        """Not emulated: MPS's Philox offset (a CPU generator has none)."""
+        __tracebackhide__ = True
+        raise not_emulated("the MPS generator's Philox offset (Generator.get_offset)")
+
+    def set_offset(self, offset: int) -> EmulatedGenerator:
+        """Not emulated: MPS's Philox offset (a CPU generator has none)."""
+        __tracebackhide__ = True
+        raise not_emulated("the MPS generator's Philox offset (Generator.set_offset)")
 
 
 #: The emulated device's default generator (``torch.mps.manual_seed`` seeds it).

@@ -253,6 +253,9 @@ class Emulation:
         host.present(self.patches, self.runtime.macos)
         backward.install(self.patches, lambda: self.mode)
         self._set(torch, "Generator", generator_class(torch.Generator))
+        if hasattr(torch, "Event"):
+            self._set(torch, "Event", runtime.event_class(torch.Event))
+        self._set(torch, "range", self._range(torch.range))
         self._set(torch, "compile", compile_eagerly())
         self._set(
             torch._C,
@@ -282,6 +285,20 @@ class Emulation:
         self.extensions = extensions.ExtensionCalls()
         self._set(threading.Thread, "start", thread_start(threading.Thread.start, self))
         self.mode.__enter__()  # type: ignore[no-untyped-call]
+
+    def _range(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.range``: C++ makes its tensor without asking the mode."""
+
+        def range(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+            __tracebackhide__ = True
+            device = kwargs.get("device")
+            if self.mode is not None and device is not None:
+                if generator.is_mps_device(device) or type(device) is int:
+                    return self.mode._factory(original, args, kwargs)
+            return original(*args, **kwargs)
+
+        range.__doc__ = original.__doc__
+        return range
 
     def undo(self) -> None:
         """Leave the mode and restore everything :meth:`install` replaced."""

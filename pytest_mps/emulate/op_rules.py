@@ -85,7 +85,7 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         rules = _current[0]
-        if rules is not None and _depth.value > 0:
+        if rules is not None and _depth.value > 0 and not _sparse(args):
             # the installed emulation's rule: it follows its macOS version
             rule = rules.argument_rules.get(key)
             if rule is not None:
@@ -97,6 +97,17 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
         return op.redispatch(keyset.remove(below), *args, **kwargs)
 
     return kernel
+
+
+def _sparse(args: tuple[Any, ...]) -> bool:
+    """True for a call on a sparse tensor: a Mac runs it on the SparseMPS key.
+
+    The op table reads the yaml's MPS key; sparse kernels sit under
+    ``SparseMPS`` (``_coalesced_``, ``to_sparse``'s path), so they are not
+    judged here.
+    """
+    first = args[0] if args else None
+    return isinstance(first, torch.Tensor) and first.layout != torch.strided
 
 
 def _overloads() -> list[Any]:

@@ -195,6 +195,68 @@ class EmulatedStream:
 STREAM = EmulatedStream()
 
 
+class EmulatedEvent(torch.mps.Event):
+    """``torch.Event("mps")`` (or with no device) on the emulated device.
+
+    The generic event of ``torch.Event``'s API over ``torch.mps.Event``, whose
+    ``_mps_*`` functions the emulation answers (recorded at once, timed by the
+    host clock).
+    """
+
+    def __init__(
+        self,
+        device: Any = None,
+        *,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+    ) -> None:
+        super().__init__(enable_timing=enable_timing)
+
+    @property
+    def device(self) -> torch.device:
+        """``mps:0``."""
+        return torch.device("mps", 0)
+
+    @property
+    def event_id(self) -> int:
+        """The emulated event's number."""
+        return int(self._Event__eventId)  # type: ignore[attr-defined]
+
+    def record(self, stream: Any = None) -> None:
+        """Record on the device's one stream."""
+        super().record()
+
+    def wait(self, stream: Any = None) -> None:
+        """Nothing to wait for: every op has run."""
+        super().wait()
+
+
+def event_class(original: Any) -> Any:
+    """``torch.Event`` that makes an :class:`EmulatedEvent` for mps (or none).
+
+    ``isinstance(e, torch.Event)`` stays true for PyTorch's events and ours.
+    """
+
+    class Meta(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, (original, EmulatedEvent))
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, (original, EmulatedEvent))
+
+    class Event(metaclass=Meta):
+        __doc__ = original.__doc__
+        __module__ = "torch"
+
+        def __new__(cls, device: Any = None, **options: Any) -> Any:
+            if device is None or generator.is_mps_device(device):
+                return EmulatedEvent(device, **options)
+            return original(device, **options)
+
+    return Event
+
+
 def accelerator_functions() -> dict[str, Callable[..., Any]]:
     """``torch.accelerator``'s answers with an MPS device present."""
 

@@ -113,6 +113,9 @@ CROSSING = frozenset(
         "rnn_tanh",
         "rnn_relu",
         "ctc_loss",
+        # tensor_indices_or_sections must be a CPU long tensor
+        # (aten/src/ATen/native/TensorShape.cpp, tensor_split)
+        "tensor_split",
         "_has_compatible_shallow_copy_type",
         "set",  # a property's setter: p.data = t (the storage carries the tag)
     }
@@ -342,6 +345,17 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         dtype = widen.narrow_dtype(error)
         if dtype is not None and not widen.fails_on_mps(func, dtype, self.rules.macos):
             return widen.computed_wider(func, args, kwargs, dtype)
+        if _DEVICE_ASSERT.search(str(error)) and not isinstance(
+            error, NotImplementedError
+        ):
+            text = str(error)
+            if "p_in" in text:  # the Metal kernel's words (Distributions.mm)
+                text = "bernoulli expects p to be in [0, 1]"
+            raise _ACCELERATOR_ERROR(
+                f"{text} (out of bounds: a device-side assert on MPS, which a Mac "
+                "raises as torch.AcceleratorError at the next synchronization; "
+                "emulated: raised at once)"
+            ) from None
         if isinstance(error, NotImplementedError):
             raise _mps_only(error, self.rules) from None
         raise error
@@ -431,6 +445,16 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         return out
 
 
+#: The CPU's texts for a bad index or value that MPS kernels check on the
+#: device (index ops, one_hot, bernoulli with a tensor p): a Mac raises
+#: torch.AcceleratorError when it next synchronizes.
+_DEVICE_ASSERT = re.compile(
+    r"out of bounds|not in the valid range|Class values must be smaller|"
+    r"Expected p_in >= 0 && p_in <= 1"
+)
+_ACCELERATOR_ERROR: type[RuntimeError] = getattr(
+    torch, "AcceleratorError", RuntimeError
+)
 _NO_CPU_KERNEL = re.compile(
     r"Could not run '(aten::[\w.]+)' with arguments from the 'CPU' backend"
 )
