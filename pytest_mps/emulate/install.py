@@ -262,6 +262,12 @@ class Emulation:
             "_group_tensors_by_device_and_dtype",
             grouping(torch._C._group_tensors_by_device_and_dtype, tags.tagged),
         )
+        # torch.accelerator's C++ getter (a Linux CPU build has none)
+        self._set(
+            torch._C,
+            "_accelerator_getDefaultGenerator",
+            lambda index=0: generator.default_generator,
+        )
         for name, function in runtime.accelerator_functions().items():
             if hasattr(torch.accelerator, name):
                 self._set(torch.accelerator, name, function)

@@ -49,6 +49,11 @@ CPU_LOWERING = (
 
 class _Depth(threading.local):
     value = 0
+    #: The outermost torch call on the device running now, (func, args,
+    #: kwargs), for the argument rules that ask which way an op was reached
+    #: (``_linalg_svd`` through ``torch.linalg.svd`` runs on a Mac, through
+    #: ``svdvals`` it raises).
+    call: tuple[Any, Any, Any] | None = None
 
 
 _depth = _Depth()
@@ -89,7 +94,7 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
             # the installed emulation's rule: it follows its macOS version
             rule = rules.argument_rules.get(key)
             if rule is not None:
-                verdict = rule(args, kwargs, None)
+                verdict = rule(args, kwargs, _depth.call)
                 if verdict is not None:
                     rules.apply(verdict, name)
             elif outcome in _ACTED_ON:

@@ -305,13 +305,17 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         depth.value += 1
         outer = _calls.hosts
         _calls.hosts = hosts
+        outer_call = depth.call
+        if outer_call is None:
+            depth.call = (func, args, kwargs)
         try:
             out = func(*args, **kwargs)
-        except RuntimeError as error:  # NotImplementedError too
+        except (RuntimeError, IndexError) as error:  # NotImplementedError too
             out = self._after_error(func, args, kwargs, error)
         finally:
             depth.value -= 1
             _calls.hosts = outer
+            depth.call = outer_call
         if type(out) is Tensor:  # the common case, inline
             message = self.bad_dtypes.get(out.dtype)
             if message is not None:
@@ -334,7 +338,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         func: Any,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-        error: RuntimeError,
+        error: RuntimeError | IndexError,
     ) -> Any:
         """A device call the CPU refused: computed as a Mac would, or an error.
 
@@ -345,15 +349,21 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         dtype = widen.narrow_dtype(error)
         if dtype is not None and not widen.fails_on_mps(func, dtype, self.rules.macos):
             return widen.computed_wider(func, args, kwargs, dtype)
-        if _DEVICE_ASSERT.search(str(error)) and not isinstance(
+        asserted = _op_name(func) == "_assert_async" and "Boolean value" not in str(
+            error
+        )
+        if (asserted or _DEVICE_ASSERT.search(str(error))) and not isinstance(
             error, NotImplementedError
         ):
             text = str(error)
+            kind = "out of bounds: "
             if "p_in" in text:  # the Metal kernel's words (Distributions.mm)
                 text = "bernoulli expects p to be in [0, 1]"
+            if "p_in" in str(error) or asserted:
+                kind = ""
             raise _ACCELERATOR_ERROR(
-                f"{text} (out of bounds: a device-side assert on MPS, which a Mac "
-                "raises as torch.AcceleratorError at the next synchronization; "
+                f"{text} ({kind}a device-side assert on MPS, which a Mac raises "
+                "as torch.AcceleratorError at the next synchronization; "
                 "emulated: raised at once)"
             ) from None
         if isinstance(error, NotImplementedError):
