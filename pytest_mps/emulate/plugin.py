@@ -269,10 +269,10 @@ def _guards(config: pytest.Config) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if _emulation_key in item.config.stash:
-        from pytest_mps.emulate import tagged, tags
+        from pytest_mps.emulate import refused, tags
 
         item.stash[_made_key] = tags.made[0]
-        tagged.forget_draws()
+        refused.forget_draws()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -282,12 +282,12 @@ def pytest_runtest_makereport(
     report = yield
     if _emulation_key not in item.config.stash:
         return report
-    from pytest_mps.emulate import messages, tagged, tags
+    from pytest_mps.emulate import messages, refused, tags
 
     start = item.stash.get(_made_key, None)
     if start is not None:
         setattr(report, USED, tags.made[0] > start)
-    draw = tagged.draws[0]
+    draw = refused.draws[0]
     if report.failed and draw is not None and call.when == "call":
         report.sections.append(
             (

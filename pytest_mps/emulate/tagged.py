@@ -21,14 +21,12 @@ call the user's code makes, once, however many aten ops it runs:
 
 Ops with no MPS kernel, and kernels that refuse some arguments, are judged
 per aten op by :mod:`.op_rules` while the mode runs a device call, in forward
-and backward. Per torch call this costs a dict lookup and a look at each
-tensor argument's storage, where a tensor subclass would pay a Python dispatch
-per aten op.
+and backward; a call the CPU refuses goes to :mod:`.refused`. Per torch call
+this costs a dict lookup and a look at each tensor argument's storage.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import messages, op_rules, policy, tags, widen
+from pytest_mps.emulate import messages, op_rules, policy, refused, tags
 from pytest_mps.emulate.answers import TensorAnswers
 from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
@@ -52,33 +50,6 @@ _RANDOM_FACTORIES = frozenset(
     {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal}
 )
 _ALIASING_FACTORIES = frozenset({torch.as_tensor, torch.asarray})
-#: Calls that draw from a generator: on a Mac from MPS's own (Philox in
-#: Metal, aten/src/ATen/mps/MPSGeneratorImpl.mm), here from the CPU's
-#: stream, so a seeded draw gives other numbers than a Mac's.
-RANDOM_CALLS = frozenset(
-    {"rand", "randn", "randint", "randperm", "normal", "normal_", "uniform_"}
-    | {"random_", "bernoulli", "bernoulli_", "exponential_", "geometric_"}
-    | {"cauchy_", "log_normal_", "multinomial", "rand_like", "randn_like"}
-    | {"randint_like", "poisson", "dropout", "dropout_", "alpha_dropout"}
-    | {"feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"}
-    | {"rrelu", "rrelu_", "gumbel_softmax"}
-)
-#: The first draw on the device since :func:`forget_draws`: (call, line).
-draws: list[tuple[str, str] | None] = [None]
-
-
-def forget_draws() -> None:
-    """Start a new test: no draw seen yet."""
-    draws[0] = None
-
-
-def _note_draw(name: str) -> None:
-    if draws[0] is None:
-        from pytest_mps.watch.locations import user_location
-
-        draws[0] = (name, user_location())
-
-
 #: Calls that take host tensors beside device ones by design: copies and
 #: moves, indexing with host indices (TensorAdvancedIndexing.cpp moves them,
 #: ``make_info``), construction from data, metadata-only ``*_as``, and
@@ -287,8 +258,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         name = self.names.get(func)
         if name is None:
             name = self.names[func] = _op_name(func)
-        if name in RANDOM_CALLS:
-            _note_draw(name)
+        if name in refused.RANDOM_CALLS:
+            refused.note_draw(name)
         found = self.call_rules.get(func)
         if found is not None:
             # F.linear's own placement and dtype texts come first; the rule
@@ -340,35 +311,11 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         kwargs: Mapping[str, Any],
         error: RuntimeError | IndexError,
     ) -> Any:
-        """A device call the CPU refused: computed as a Mac would, or an error.
-
-        A dtype the CPU kernel lacks and the MPS kernel has is computed wider
-        (:mod:`.widen`); an op with no CPU kernel is named not emulated.
-        """
+        """A device call the CPU refused (:func:`.refused.after_error`)."""
         __tracebackhide__ = True
-        dtype = widen.narrow_dtype(error)
-        if dtype is not None and not widen.fails_on_mps(func, dtype, self.rules.macos):
-            return widen.computed_wider(func, args, kwargs, dtype)
-        asserted = _op_name(func) == "_assert_async" and "Boolean value" not in str(
-            error
+        return refused.after_error(
+            func, _op_name(func), args, kwargs, error, self.rules
         )
-        if (asserted or _DEVICE_ASSERT.search(str(error))) and not isinstance(
-            error, NotImplementedError
-        ):
-            text = str(error)
-            kind = "out of bounds: "
-            if "p_in" in text:  # the Metal kernel's words (Distributions.mm)
-                text = "bernoulli expects p to be in [0, 1]"
-            if "p_in" in str(error) or asserted:
-                kind = ""
-            raise _ACCELERATOR_ERROR(
-                f"{text} ({kind}a device-side assert on MPS, which a Mac raises "
-                "as torch.AcceleratorError at the next synchronization; "
-                "emulated: raised at once)"
-            ) from None
-        if isinstance(error, NotImplementedError):
-            raise _mps_only(error, self.rules) from None
-        raise error
 
     # -- checks ---------------------------------------------------------------------
 
@@ -435,13 +382,12 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             self.rules.check_generator(generator, MPS)
         elif func in _RANDOM_FACTORIES:
             options["generator"] = default_generator
-        if _op_name(func) in RANDOM_CALLS:
-            _note_draw(_op_name(func))
+        refused.note_draw(_op_name(func))
         with op_rules.INSIDE:
             try:
                 out = func(*args, **options)
             except NotImplementedError as error:
-                raise _mps_only(error, self.rules) from None
+                raise refused.mps_only(error, self.rules) from None
         if not isinstance(out, Tensor):
             return out
         if not tags.tagged(out) and (
@@ -453,39 +399,6 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
-
-
-#: The CPU's texts for a bad index or value that MPS kernels check on the
-#: device (index ops, one_hot, bernoulli with a tensor p): a Mac raises
-#: torch.AcceleratorError when it next synchronizes.
-_DEVICE_ASSERT = re.compile(
-    r"out of bounds|not in the valid range|Class values must be smaller|"
-    r"Expected p_in >= 0 && p_in <= 1"
-)
-_ACCELERATOR_ERROR: type[RuntimeError] = getattr(
-    torch, "AcceleratorError", RuntimeError
-)
-_NO_CPU_KERNEL = re.compile(
-    r"Could not run '(aten::[\w.]+)' with arguments from the 'CPU' backend"
-)
-
-
-def _mps_only(error: NotImplementedError, rules: policy.Policy) -> Exception:
-    """The error for a device call whose op has no CPU kernel.
-
-    The dispatcher's text names the CPU, which a Mac would not: an op with an
-    MPS kernel (``_convert_weight_to_int4pack``, MPS's own attention) is not
-    emulated; one without runs nowhere here or on a Mac, in the Mac's words.
-    """
-    found = _NO_CPU_KERNEL.search(str(error))
-    if found is None:
-        return error
-    op = found.group(1)
-    if rules.table.predict(op).outcome == "mps":
-        return messages.not_emulated(
-            f"{op}, which has an MPS kernel and no CPU kernel to compute it with"
-        )
-    return NotImplementedError(str(error).replace("'CPU' backend", "'MPS' backend"))
 
 
 def _property(owner: type, name: str) -> Any:

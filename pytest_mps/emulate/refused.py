@@ -1,0 +1,118 @@
+"""What a device call the CPU refused becomes, and the device's random draws.
+
+The function mode (:mod:`.tagged`) runs each device call on the CPU. Where the
+CPU refuses one, a Mac may not have: :func:`after_error` computes it as the
+Mac would (a dtype only the MPS kernel has, :mod:`.widen`), raises what a Mac
+raises (a device-side assert as ``torch.AcceleratorError``; an op without a
+CPU kernel in the Mac's words) or names it not emulated (an op whose only
+kernel besides MPS's is missing here). The draws: the first call in a test
+that took random numbers on the device, for the report of a failing test.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from pytest_mps.emulate import messages, policy, widen
+
+#: Calls that draw from a generator: on a Mac from MPS's own (Philox in
+#: Metal, aten/src/ATen/mps/MPSGeneratorImpl.mm), here from the CPU's
+#: stream, so a seeded draw gives other numbers than a Mac's.
+RANDOM_CALLS = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "normal_", "uniform_"}
+    | {"random_", "bernoulli", "bernoulli_", "exponential_", "geometric_"}
+    | {"cauchy_", "log_normal_", "multinomial", "rand_like", "randn_like"}
+    | {"randint_like", "poisson", "dropout", "dropout_", "alpha_dropout"}
+    | {"feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"}
+    | {"rrelu", "rrelu_", "gumbel_softmax"}
+)
+#: The first draw on the device since :func:`forget_draws`: (call, line).
+draws: list[tuple[str, str] | None] = [None]
+
+
+def forget_draws() -> None:
+    """Start a new test: no draw seen yet."""
+    draws[0] = None
+
+
+def note_draw(name: str) -> None:
+    """Note the test's first draw on the device, with the user's line."""
+    if draws[0] is None and name in RANDOM_CALLS:
+        from pytest_mps.watch.locations import user_location
+
+        draws[0] = (name, user_location())
+
+
+#: The CPU's texts for a bad index or value that MPS kernels check on the
+#: device (index ops, one_hot, bernoulli with a tensor p): a Mac raises
+#: torch.AcceleratorError when it next synchronizes.
+_DEVICE_ASSERT = re.compile(
+    r"out of bounds|not in the valid range|Class values must be smaller|"
+    r"Expected p_in >= 0 && p_in <= 1"
+)
+_ACCELERATOR_ERROR: type[RuntimeError] = getattr(
+    torch, "AcceleratorError", RuntimeError
+)
+_NO_CPU_KERNEL = re.compile(
+    r"Could not run '(aten::[\w.]+)' with arguments from the 'CPU' backend"
+)
+
+
+def mps_only(error: NotImplementedError, rules: policy.Policy) -> Exception:
+    """The error for a device call whose op has no CPU kernel.
+
+    The dispatcher's text names the CPU, which a Mac would not: an op with an
+    MPS kernel (``_convert_weight_to_int4pack``, MPS's own attention) is not
+    emulated; one without runs nowhere here or on a Mac, in the Mac's words.
+    """
+    found = _NO_CPU_KERNEL.search(str(error))
+    if found is None:
+        return error
+    op = found.group(1)
+    if rules.table.predict(op).outcome == "mps":
+        return messages.not_emulated(
+            f"{op}, which has an MPS kernel and no CPU kernel to compute it with"
+        )
+    return NotImplementedError(str(error).replace("'CPU' backend", "'MPS' backend"))
+
+
+def after_error(
+    func: Any,
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    error: RuntimeError | IndexError,
+    rules: policy.Policy,
+) -> Any:
+    """A device call the CPU refused: computed as a Mac would, or an error.
+
+    A dtype the CPU kernel lacks and the MPS kernel has is computed wider
+    (:mod:`.widen`); a device-side assert raises ``torch.AcceleratorError``;
+    an op with no CPU kernel is named not emulated.
+    """
+    __tracebackhide__ = True
+    dtype = widen.narrow_dtype(error)
+    if dtype is not None and not widen.fails_on_mps(func, dtype, rules.macos):
+        return widen.computed_wider(func, args, kwargs, dtype)
+    asserted = name == "_assert_async" and "Boolean value" not in str(error)
+    if (asserted or _DEVICE_ASSERT.search(str(error))) and not isinstance(
+        error, NotImplementedError
+    ):
+        text = str(error)
+        kind = "out of bounds: "
+        if "p_in" in text:  # the Metal kernel's words (Distributions.mm)
+            text = "bernoulli expects p to be in [0, 1]"
+        if "p_in" in str(error) or asserted:
+            kind = ""
+        raise _ACCELERATOR_ERROR(
+            f"{text} ({kind}a device-side assert on MPS, which a Mac raises "
+            "as torch.AcceleratorError at the next synchronization; "
+            "emulated: raised at once)"
+        ) from None
+    if isinstance(error, NotImplementedError):
+        raise mps_only(error, rules) from None
+    raise error
