@@ -490,3 +490,20 @@ def test_events_range_and_host_indices_work_as_on_a_mac(emulated: Emulation) -> 
 
     with pytest.raises(NotEmulatedError, match="Philox offset"):
         torch.mps._get_default_mps_generator().get_offset()
+
+
+def test_kernels_that_check_devices_speak_their_own_words(
+    emulated: Emulation,
+) -> None:
+    device, host = torch.ones(3, device="mps"), torch.ones(3)
+    same = "Expected all tensors to be on the same device. Found: mps:0, cpu"
+    with pytest.raises(RuntimeError, match=same):
+        torch.dot(device, host)
+    with pytest.raises(RuntimeError, match=same):
+        torch.vdot(device, host)
+    with pytest.raises(
+        RuntimeError,
+        match=r"Expected elements.is_mps\(\) && test_elements.is_mps\(\), got "
+        "mps:0 and cpu",
+    ):
+        torch.isin(device, host)

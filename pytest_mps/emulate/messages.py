@@ -77,6 +77,16 @@ SAME_GPU = {
 }
 
 
+# aten/src/ATen/native/mps/operations/ (dot_check for dot and vdot;
+# isin_Tensor_Tensor_out_mps in TensorCompare.mm): kernels that check devices
+# in their own words before any placeholder.
+OWN_PLACEMENT = {
+    "dot": "Expected all tensors to be on the same device. Found: {0}, {1}",
+    "vdot": "Expected all tensors to be on the same device. Found: {0}, {1}",
+    "isin": "Expected elements.is_mps() && test_elements.is_mps(), got {0} and {1}",
+}
+
+
 # aten/src/ATen/native/mps/OperationUtils.mm, Placeholder::Placeholder.
 PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"
 

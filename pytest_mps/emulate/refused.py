@@ -7,6 +7,8 @@ raises (a device-side assert as ``torch.AcceleratorError``; an op without a
 CPU kernel in the Mac's words) or names it not emulated (an op whose only
 kernel besides MPS's is missing here). The draws: the first call in a test
 that took random numbers on the device, for the report of a failing test.
+And the placement texts of kernels that speak for themselves (``dot``,
+``isin``, the mm family's ``checkAllSameGPU``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import messages, policy, widen
+from pytest_mps.emulate import messages, policy, tags, widen
 
 #: Calls that draw from a generator: on a Mac from MPS's own (Philox in
 #: Metal, aten/src/ATen/mps/MPSGeneratorImpl.mm), here from the CPU's
@@ -116,3 +118,44 @@ def after_error(
     if isinstance(error, NotImplementedError):
         raise mps_only(error, rules) from None
     raise error
+
+
+def own_placement(base: str, args: Sequence[Any]) -> str | None:
+    """The text of a kernel that checks devices in its own words, or None."""
+    own = messages.OWN_PLACEMENT.get(base)
+    if own is None or len(args) < 2:
+        return None
+    devices = [
+        policy.MPS if tags.tagged(a) else getattr(a, "device", policy.CPU)
+        for a in args[:2]
+    ]
+    return own.format(*devices)
+
+
+def argument_name(
+    func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], value: torch.Tensor
+) -> str:
+    """The name the user gave ``value`` in the call (``weight`` of lerp)."""
+    for name, given in kwargs.items():
+        if given is value:
+            return name
+    names = ("self", "end", "weight")  # lerp(self, end, weight), its only case now
+    for position, given in enumerate(args):
+        if given is value:
+            return names[position] if position < len(names) else f"#{position}"
+    return "?"
+
+
+def same_gpu_text(base: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The mm family's checkAllSameGPU text (:data:`.messages.SAME_GPU`)."""
+    where, names = messages.SAME_GPU["mm" if base == "matmul" else base]
+    labelled = []
+    for position, name in enumerate(names):
+        value = args[position] if position < len(args) else kwargs.get(name)
+        host = (
+            isinstance(value, torch.Tensor)
+            and not tags.tagged(value)
+            and value.device.type == "cpu"
+        )
+        labelled.append((f"argument #{position + 1} '{name}'", host))
+    return messages.same_gpu(where, labelled)

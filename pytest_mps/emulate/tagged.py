@@ -335,7 +335,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         scalars = [h for h in cpu if h.dim() == 0]
         base = name.removesuffix("_")
         if scalars and base in BUFFER_KERNELS:
-            argument = _argument_name(func, args, kwargs, scalars[0])
+            argument = refused.argument_name(func, args, kwargs, scalars[0])
             raise RuntimeError(
                 messages.BUFFER_SCALAR.format(
                     # the overload of a tensor weight
@@ -352,8 +352,11 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             if note is not None and scalars and base != "fill":
                 note(name, args, kwargs)
             return
+        own = refused.own_placement(base, args)
+        if own is not None:
+            raise RuntimeError(own)
         if base in ("mm", "addmm", "matmul"):
-            raise RuntimeError(_same_gpu_text(base, args, kwargs))
+            raise RuntimeError(refused.same_gpu_text(base, args, kwargs))
         if base in self.iterators:
             # a TensorIterator lists its outputs first: a host tensor written
             # in place (exp_avg.lerp_(grad, w) with CPU state) comes first
@@ -419,32 +422,3 @@ def _shares_host_storage(out: Tensor, args: Sequence[Any]) -> bool:
             if value.untyped_storage()._cdata == key:
                 return True
     return False
-
-
-def _argument_name(
-    func: Any, args: Sequence[Any], kwargs: Mapping[str, Any], value: Tensor
-) -> str:
-    """The name the user gave ``value`` in the call (``weight`` of lerp)."""
-    for name, given in kwargs.items():
-        if given is value:
-            return name
-    names = ("self", "end", "weight")  # lerp(self, end, weight), its only case now
-    for position, given in enumerate(args):
-        if given is value:
-            return names[position] if position < len(names) else f"#{position}"
-    return "?"
-
-
-def _same_gpu_text(base: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    """The mm family's checkAllSameGPU text (:data:`.messages.SAME_GPU`)."""
-    where, names = messages.SAME_GPU["mm" if base == "matmul" else base]
-    labelled = []
-    for position, name in enumerate(names):
-        value = args[position] if position < len(args) else kwargs.get(name)
-        host = (
-            isinstance(value, Tensor)
-            and not tags.tagged(value)
-            and value.device.type == "cpu"
-        )
-        labelled.append((f"argument #{position + 1} '{name}'", host))
-    return messages.same_gpu(where, labelled)
