@@ -169,7 +169,7 @@ def first_line(text: str) -> str:
     for line in text.splitlines():
         if line.startswith("E  "):
             return line[1:].strip()[:200]
-    return (text.strip().splitlines() or [""])[-1][:200]
+    return (text.strip().splitlines() or [""])[0][:200]
 
 
 def read_junit(path: Path) -> dict[str, Outcome]:
@@ -273,7 +273,12 @@ def main() -> int:
     bin_dir = workdir / "bin"
     bin_dir.mkdir(exist_ok=True)
     sysctl_shim(bin_dir)
-    environment = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    environment = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        # PyTorch's TestCase appends a repro note to each failure
+        "PYTORCH_PRINT_REPRO_ON_FAILURE": "0",
+    }
     runs: dict[str, list[str]] = {
         name: ["-k", f"{name} and " + " and ".join(f"not {d}" for d in DESELECT)]
         for name in HAND_WRITTEN
