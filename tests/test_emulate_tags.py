@@ -466,6 +466,12 @@ def test_a_bad_index_is_a_device_side_assert(emulated: Emulation) -> None:
         torch.gather(torch.zeros(3, 4, device="mps"), 1, torch.tensor([[4]]).to("mps"))
     with pytest.raises(error, match=r"expects p to be in \[0, 1\]"):
         torch.bernoulli(torch.tensor([1.5], device="mps"))
+    # integer indexing and empty dimensions are checked on the host, on a Mac too
+    x = torch.ones(2, 5, device="mps")
+    with pytest.raises(IndexError, match="index 5 is out of bounds"):
+        x[0, 5]
+    with pytest.raises(error, match="out of bounds"):
+        x[:, [7]]
     # the CPU's own errors stay the CPU's
     with pytest.raises(RuntimeError, match="out of bounds") as caught:
         torch.gather(torch.zeros(3, 4), 1, torch.tensor([[4]]))

@@ -49,13 +49,50 @@ def note_draw(name: str) -> None:
         draws[0] = (name, user_location())
 
 
-#: The CPU's texts for a bad index or value that MPS kernels check on the
-#: device (index ops, one_hot, bernoulli with a tensor p): a Mac raises
-#: torch.AcceleratorError when it next synchronizes.
+#: The calls whose MPS kernels check indices and values on the device (a
+#: Mac raises torch.AcceleratorError when it next synchronizes), and the
+#: CPU's texts for those checks. Indexing with integers and empty dimensions
+#: is checked on the host, on a Mac too (IndexError).
+DEVICE_ASSERT_CALLS = frozenset(
+    {"gather", "scatter", "scatter_", "scatter_add", "scatter_add_"}
+    | {"scatter_reduce", "scatter_reduce_", "index_put", "index_put_"}
+    | {"one_hot", "embedding_bag", "bernoulli", "bernoulli_", "getitem"}
+)
 _DEVICE_ASSERT = re.compile(
-    r"out of bounds|not in the valid range|Class values must be smaller|"
+    r"out of bounds|not in the valid range|Class values must be|"
     r"Expected p_in >= 0 && p_in <= 1"
 )
+# EmbeddingBag.cpp's CPU text, and the Metal kernel's for the same check
+# (the words test_mps.py expects: "Index 2 is out of bounds: 6, range 0 to 4")
+_EMBEDDING_BAG = re.compile(
+    r"Index (\d+) of input takes value (-?\d+) which is not in the valid range "
+    r"\[(-?\d+), (-?\d+)\)"
+)
+
+
+def device_assert(name: str, args: Sequence[Any], text: str) -> str | None:
+    """The text of a device-side assert a Mac raises for this refusal, or None."""
+    if name == "_assert_async":
+        return None if "Boolean value" in text else text
+    if name not in DEVICE_ASSERT_CALLS or not _DEVICE_ASSERT.search(text):
+        return None
+    if name == "getitem":
+        index = args[1] if len(args) > 1 else None
+        items = index if isinstance(index, tuple) else (index,)
+        advanced = any(isinstance(i, (torch.Tensor, list)) for i in items)
+        if not advanced or "with size 0" in text:
+            return None
+    if "p_in" in text:  # the Metal kernel's words (Distributions.mm)
+        return "bernoulli expects p to be in [0, 1]"
+    found = _EMBEDDING_BAG.search(text)
+    if found is not None:
+        index, value, low, high = found.groups()
+        return f"Index {index} is out of bounds: {value}, range {low} to {high}"
+    if "out of bounds" not in text:
+        text = f"{text} (out of bounds)"
+    return text
+
+
 _ACCELERATOR_ERROR: type[RuntimeError] = getattr(
     torch, "AcceleratorError", RuntimeError
 )
@@ -100,21 +137,14 @@ def after_error(
     dtype = widen.narrow_dtype(error)
     if dtype is not None and not widen.fails_on_mps(func, dtype, rules.macos):
         return widen.computed_wider(func, args, kwargs, dtype)
-    asserted = name == "_assert_async" and "Boolean value" not in str(error)
-    if (asserted or _DEVICE_ASSERT.search(str(error))) and not isinstance(
-        error, NotImplementedError
-    ):
-        text = str(error)
-        kind = "out of bounds: "
-        if "p_in" in text:  # the Metal kernel's words (Distributions.mm)
-            text = "bernoulli expects p to be in [0, 1]"
-        if "p_in" in str(error) or asserted:
-            kind = ""
-        raise _ACCELERATOR_ERROR(
-            f"{text} ({kind}a device-side assert on MPS, which a Mac raises "
-            "as torch.AcceleratorError at the next synchronization; "
-            "emulated: raised at once)"
-        ) from None
+    if not isinstance(error, NotImplementedError):
+        asserted = device_assert(name, args, str(error))
+        if asserted is not None:
+            raise _ACCELERATOR_ERROR(
+                f"{asserted} (a device-side assert on MPS, which a Mac raises "
+                "as torch.AcceleratorError at the next synchronization; "
+                "emulated: raised at once)"
+            ) from None
     if isinstance(error, NotImplementedError):
         raise mps_only(error, rules) from None
     raise error
