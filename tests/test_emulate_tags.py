@@ -513,3 +513,13 @@ def test_kernels_that_check_devices_speak_their_own_words(
         "mps:0 and cpu",
     ):
         torch.isin(device, host)
+
+
+def test_autocast_keeps_in_float32_what_mps_autocast_keeps(emulated: Emulation) -> None:
+    model = torch.nn.ConvTranspose3d(4, 3, 3, stride=2).to("mps")
+    x = torch.randn(2, 4, 5, 6, 7, device="mps")
+    with torch.autocast(device_type="mps"):
+        y = model(x)
+        z = torch.mm(torch.ones(2, 2, device="mps"), torch.ones(2, 2, device="mps"))
+    assert y.dtype == torch.float32 and y.device == MPS
+    assert z.dtype == torch.float16  # mm is cast down, as on a Mac

@@ -42,6 +42,7 @@ from pytest_mps.emulate import (
     serialization,
     tagged,
     tags,
+    widen,
 )
 
 
@@ -120,6 +121,7 @@ class AutocastPatch:
         def patched_enter(block: Any) -> Any:
             result = enter(block)  # type: ignore[no-untyped-call]
             if block.device == "mps":
+                widen.autocast_blocks[0] += 1
                 inner = autocast(
                     "cpu",
                     dtype=block.fast_dtype,
@@ -133,6 +135,7 @@ class AutocastPatch:
         def patched_exit(block: Any, *exc: Any) -> Any:
             inner = block.__dict__.pop("_pytest_mps_cpu", None)
             if inner is not None:
+                widen.autocast_blocks[0] -= 1
                 leave(inner, *exc)
             return leave(block, *exc)
 
