@@ -48,13 +48,12 @@ def macos_version() -> str | None:
     """The macOS version (``"14.5"``), or None off macOS.
 
     The real host's: under ``--mps-emulate`` ``platform.mac_ver()`` answers
-    as the emulated Mac (emulate/host.py), ``sys.platform`` stays the host's.
+    as the emulated Mac and keeps the host's answer beside it (emulate/host.py).
     """
     import platform
 
-    if sys.platform != "darwin":
-        return None
-    release = platform.mac_ver()[0]
+    answer = getattr(platform.mac_ver, "pytest_mps_real", None)
+    release = (answer if answer is not None else platform.mac_ver())[0]
     return release or None
 
 

@@ -70,6 +70,9 @@ def test_install_and_undo_put_platform_back() -> None:
     try:
         assert platform.mac_ver()[0] == "26.0"  # the newest major MPS runs on
         assert platform.machine() == "arm64"
+        from pytest_mps import backend
+
+        assert backend.macos_version() is None  # pytest-mps's records: the host
     finally:
         emulation.undo()
     assert (platform.processor, platform.machine, platform.mac_ver) == before

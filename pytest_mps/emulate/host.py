@@ -48,6 +48,7 @@ def release(macos: tuple[int, int]) -> str:
 def present(patches: patching.Patches, macos: tuple[int, int]) -> None:
     """Make ``platform`` answer as an Apple-silicon Mac on ``macos`` does."""
     version = release(macos)
+    real = platform.mac_ver()
 
     def processor() -> str:
         return PROCESSOR
@@ -62,6 +63,8 @@ def present(patches: patching.Patches, macos: tuple[int, int]) -> None:
     ) -> tuple[str, Any, str]:
         return version, ("", "", ""), MACHINE
 
+    # the real host's answer, for pytest-mps's own records (backend.py)
+    mac_ver.pytest_mps_real = real  # type: ignore[attr-defined]
     for function in (processor, machine, mac_ver):
         function.__doc__ = getattr(platform, function.__name__).__doc__
         patches.patch(platform, function.__name__, function)
