@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -412,3 +412,20 @@ def baked_from_the_clone(
 
 #: pytest-benchmark's own tests, run by test_benchmark_dropin.py under the alias.
 collect_ignore = ["pytest_benchmark_suite"]
+
+
+@pytest.fixture
+def emulated() -> Iterator[Any]:
+    """The emulated MPS device installed in this process for one test.
+
+    The emulation's tests that check behaviour with real tensors (rather than
+    through a user's suite in a subprocess) take it.
+    """
+    from pytest_mps.emulate.install import Emulation
+
+    emulation = Emulation((99, 0), fallback=False)
+    emulation.install()
+    try:
+        yield emulation
+    finally:
+        emulation.undo()

@@ -8,7 +8,6 @@ backward of host tensors alone (a float64 ``gradcheck``) stays the CPU's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,16 +17,6 @@ from pytest_mps.emulate.install import Emulation
 
 MPS = torch.device("mps", 0)
 FLOAT64 = "Cannot convert a MPS Tensor to float64 dtype"
-
-
-@pytest.fixture
-def emulated() -> Iterator[Emulation]:
-    emulation = Emulation((99, 0), fallback=False)
-    emulation.install()
-    try:
-        yield emulation
-    finally:
-        emulation.undo()
 
 
 class Doubled(torch.autograd.Function):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -35,16 +34,6 @@ def run_emulated(
     return pytester.runpytest_subprocess(
         "--mps-emulate", *options, "-p", "no:cacheprovider"
     )
-
-
-@pytest.fixture
-def emulated() -> Iterator[Emulation]:
-    emulation = Emulation((99, 0), fallback=False)
-    emulation.install()
-    try:
-        yield emulation
-    finally:
-        emulation.undo()
 
 
 def test_a_device_tensor_answers_as_an_mps_tensor(emulated: Emulation) -> None:
