@@ -37,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import messages, op_rules, policy, refused, tags, widen
+from pytest_mps.emulate import computed, messages, op_rules, policy, refused, tags
 from pytest_mps.emulate.answers import TensorAnswers
 from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
@@ -280,10 +280,11 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         if outer_call is None:
             depth.call = (func, args, kwargs)
         try:
-            if widen.autocast_blocks[0] and name in widen.FP32_UNDER_AUTOCAST:
-                out = widen.in_float32(func, args, kwargs)
-            else:
+            compute = computed.OWN.get(name)
+            if compute is None:
                 out = func(*args, **kwargs)
+            else:
+                out = compute(func, args, kwargs)
         except (RuntimeError, IndexError) as error:  # NotImplementedError too
             out = self._after_error(func, args, kwargs, error)
         finally:

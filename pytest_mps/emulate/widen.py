@@ -135,14 +135,6 @@ def computed_wider(
 
 #: Open ``torch.autocast("mps")`` blocks in this process (install's patch).
 autocast_blocks = [0]
-#: Calls MPS's autocast keeps in float32 where the CPU's casts them down:
-#: MPS has no float16 ``conv_transpose3d`` (common_mps.py
-#: UNIMPLEMENTED_XFAILLIST), and test_mps.py's
-#: ``test_conv_transpose3d_autocast_fp32`` pins a float32 result under
-#: ``autocast("mps")``.
-FP32_UNDER_AUTOCAST = frozenset({"conv_transpose3d"})
-
-
 def in_float32(func: Callable[..., Any], args: Sequence[Any], kwargs: Any) -> Any:
     """``func`` with the CPU's autocast off and low-precision inputs widened."""
     with torch.autocast("cpu", enabled=False):

@@ -1,0 +1,80 @@
+"""Calls the emulation computes its own way, because the Mac's kernel does.
+
+Most device calls run the CPU's kernel as they are. A few would then differ
+from a Mac in a way tests pin down, and are computed here instead (looked up
+by the torch call's name in :data:`OWN`, once per device call):
+
+- ``conv_transpose3d`` under ``torch.autocast("mps")`` stays float32: MPS has
+  no float16 ``conv_transpose3d`` (``common_mps.py``'s UNIMPLEMENTED_XFAILLIST)
+  and its autocast keeps the op in float32, where the CPU's casts it down
+  (test_mps.py's ``test_conv_transpose3d_autocast_fp32``).
+- ``conv3d`` of a ``channels_last_3d`` input gives a ``channels_last_3d``
+  output, equal to the contiguous input's result. The MPS kernel keeps the
+  layout (pytorch#184612: NDHWC through MPSGraph, measured bit-exact with
+  NCDHW there, #182823); the CPU's float16 kernel returns a contiguous
+  output, and its float32 one sums the weight gradient in another order than
+  for a contiguous input (2e-5 apart at test_mps.py's shapes, which allow
+  1e-5). Computed here from contiguous tensors and laid out as channels-last
+  after; the gradient of a channels-last input is channels-last by autograd's
+  layout contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from pytest_mps.emulate import widen
+
+_CL3D = torch.channels_last_3d
+
+
+def _channels_last_3d(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 5
+        and not value.is_contiguous()
+        and value.is_contiguous(memory_format=_CL3D)
+    )
+
+
+def conv3d_keeping_layout(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``conv3d`` as MPS computes it: a channels-last input stays channels-last."""
+    if not args or not (
+        _channels_last_3d(args[0])
+        or _channels_last_3d(args[1] if len(args) > 1 else kwargs.get("weight"))
+    ):
+        return func(*args, **kwargs)
+    plain = [
+        a.contiguous() if isinstance(a, torch.Tensor) and a.dim() == 5 else a
+        for a in args
+    ]
+    weight = kwargs.get("weight")
+    if isinstance(weight, torch.Tensor):
+        kwargs = {**kwargs, "weight": weight.contiguous()}
+    out = func(*plain, **kwargs)
+    if isinstance(out, torch.Tensor) and out.dim() == 5:
+        return out.contiguous(memory_format=_CL3D)
+    return out
+
+
+def float32_under_autocast(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """The call in float32 inside ``torch.autocast("mps")``, as MPS keeps it."""
+    if widen.autocast_blocks[0]:
+        return widen.in_float32(func, args, kwargs)
+    return func(*args, **kwargs)
+
+
+#: The torch calls computed here, by name (:func:`..tagged._op_name`).
+OWN: dict[
+    str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
+] = {
+    "conv3d": conv3d_keeping_layout,
+    "conv_transpose3d": float32_under_autocast,
+}
