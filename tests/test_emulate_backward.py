@@ -105,3 +105,20 @@ def test_a_cpu_backward_is_left_alone(emulated: Emulation) -> None:
 def test_functorch_transforms_of_device_tensors_run(emulated: Emulation) -> None:
     jacobian = torch.func.jacfwd(torch.sin)(torch.zeros(3, device="mps"))
     assert torch.equal(jacobian.cpu(), torch.eye(3))
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_activation_checkpointing_recomputes_on_the_device(
+    emulated: Emulation, reentrant: bool
+) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.tensor([0.5, 1.5], device="mps", requires_grad=True)
+    out = checkpoint(lambda t: t.sin().cos().exp(), x, use_reentrant=reentrant)
+    assert out is not None
+    out.sum().backward()
+    assert x.grad is not None and x.grad.device == MPS
+    plain = torch.tensor([0.5, 1.5], requires_grad=True)
+    plain.sin().cos().exp().sum().backward()
+    assert plain.grad is not None
+    torch.testing.assert_close(x.grad.cpu(), plain.grad)

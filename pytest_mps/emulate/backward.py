@@ -25,6 +25,9 @@ import torch
 
 from pytest_mps.emulate import patching, tags
 
+_MPS = torch.device("mps", 0)
+_CPU = torch.device("cpu")
+
 
 class _Running(threading.local):
     depth = 0
@@ -124,3 +127,29 @@ def install(patches: patching.Patches, mode: Callable[[], Any]) -> None:
         )
 
     patches.patch(BackwardHook, "__init__", device_init)
+    _checkpoint(patches)
+
+
+def _checkpoint(patches: patching.Patches) -> None:
+    """Activation checkpointing compares devices by the tag.
+
+    ``torch.utils.checkpoint`` compares the device a tensor had when saved
+    and when recomputed in the backward; the first is read with the mode off
+    the stack (CPU), the second with it pushed again (mps).
+    """
+    import torch.utils.checkpoint as checkpoint
+
+    checks = getattr(checkpoint, "_allowed_determinism_checks_to_fns", None)
+    default = getattr(checkpoint, "_DEFAULT_DETERMINISM_MODE", None)
+    if not isinstance(checks, dict) or default not in checks:
+        return
+
+    def metadata(x: torch.Tensor) -> dict[str, Any]:
+        device = _MPS if tags.tagged(x) else _CPU
+        if x.device.type not in ("cpu", "mps"):
+            device = x.device
+        return {"shape": x.shape, "dtype": x.dtype, "device": device}
+
+    patches.patch(
+        checkpoint, "_allowed_determinism_checks_to_fns", {**checks, default: metadata}
+    )

@@ -135,6 +135,8 @@ def computed_wider(
 
 #: Open ``torch.autocast("mps")`` blocks in this process (install's patch).
 autocast_blocks = [0]
+
+
 def in_float32(func: Callable[..., Any], args: Sequence[Any], kwargs: Any) -> Any:
     """``func`` with the CPU's autocast off and low-precision inputs widened."""
     with torch.autocast("cpu", enabled=False):
