@@ -114,6 +114,11 @@ NOT_EMULATABLE: dict[str, str] = {
         "(the CPU's grid sampler rounds in half where Metal's kernel computes "
         "wider)"
     ),
+    r"test_dirichlet_num_alpha_\d+_(b?float16)": (
+        _STREAM + ": the CPU's float16 (bfloat16) torch.rand gives an exact 0 "
+        "about once in 2,900 (560) draws (measured, torch 2.13), a concentration "
+        "Dirichlet refuses; MPSGraph draws its own"
+    ),
     r"match_(arg|m)?sort_mps_b?float16": (
         "the order MPS's sort gives equal half-precision keys (PyTorch's "
         "comment: undefined behaviour)"

@@ -10,6 +10,7 @@ import torch
 from pytest_mps.emulate.install import Emulation
 
 CL3D = torch.channels_last_3d
+MPS = torch.device("mps", 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -55,3 +56,44 @@ def test_a_channels_last_3d_weight_gives_a_channels_last_3d_output(
     conv = torch.nn.Conv3d(4, 8, 3).to("mps", memory_format=CL3D)
     y = conv(torch.randn(1, 4, 5, 5, 5, device="mps"))
     assert y.is_contiguous(memory_format=CL3D)
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [
+        (torch.int8, torch.int32),
+        (torch.int16, torch.int32),
+        (torch.int32, torch.int32),
+        (torch.int64, torch.int64),
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float16),
+    ],
+)
+def test_bincount_with_weights_has_the_mps_kernels_dtype(
+    emulated: Emulation, weights: torch.dtype, expected: torch.dtype
+) -> None:
+    x = torch.tensor([0, 1, 1, 1, 4], device="mps", dtype=torch.int32)
+    w = torch.tensor([1, 2, 3, 4, 5], device="mps").to(weights)
+    counts = torch.bincount(x, w)
+    assert counts.dtype == expected and counts.device == MPS
+    assert counts.tolist() == [1, 9, 0, 0, 5]
+    assert torch.bincount(x).dtype == torch.int64
+
+
+def test_normal_of_an_integer_dtype_is_a_type_error(emulated: Emulation) -> None:
+    with pytest.raises(TypeError, match="^Unsupported type Int for operation normal$"):
+        torch.normal(10.0, 11.0, (3, 3), device="mps", dtype=torch.int32)
+    with pytest.raises(TypeError, match="Unsupported type Long for operation normal"):
+        torch.zeros(3, device="mps", dtype=torch.int64).normal_()
+
+
+def test_nll_loss_backward_takes_a_float32_total_weight_with_half_input(
+    emulated: Emulation,
+) -> None:
+    inp = torch.rand(5, 5, device="mps", dtype=torch.half)
+    label = torch.tensor([-100, -100, 3, -100, -100], device="mps")
+    grad_out = torch.ones((), device="mps", dtype=torch.half)
+    total = torch.tensor(1.0, device="mps")
+    grad = torch.ops.aten.nll_loss_backward(grad_out, inp, label, None, 1, -100, total)
+    assert grad.dtype == torch.half and grad.device == MPS
+    assert grad[2, 3].item() == -1.0 and grad.abs().sum().item() == 1.0

@@ -17,6 +17,14 @@ by the torch call's name in :data:`OWN`, once per device call):
   1e-5). Computed here from contiguous tensors and laid out as channels-last
   after; the gradient of a channels-last input is channels-last by autograd's
   layout contract.
+- ``bincount`` with weights gives the MPS kernel's dtype: the weights' own
+  for float32, float16, bfloat16, int32 and int64, int32 for the other
+  integers and float64 (the CPU's is float64 for every non-float weight).
+  Read from ``Bincount.mm``'s ``dispatch_for_weight_dtype``, which keeps the
+  contract of the MPSGraph kernel before it.
+- ``nll_loss_backward`` takes a ``total_weight`` of another float dtype than
+  its input (MPS casts it; the CPU's kernel refuses "expected scalar type
+  Half but found Float").
 """
 
 from __future__ import annotations
@@ -71,10 +79,44 @@ def float32_under_autocast(
     return func(*args, **kwargs)
 
 
+#: Bincount.mm's output dtype per weight dtype; the rest keep their own.
+_BINCOUNT_INT32 = frozenset({torch.int8, torch.int16, torch.uint8, torch.float64})
+
+
+def bincount_as_mps(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``bincount`` whose output has the dtype MPS's kernel gives it."""
+    out = func(*args, **kwargs)
+    weights = args[1] if len(args) > 1 else kwargs.get("weights")
+    if not isinstance(weights, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return out
+    dtype = torch.int32 if weights.dtype in _BINCOUNT_INT32 else weights.dtype
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+def nll_loss_backward_cast(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``nll_loss_backward`` with ``total_weight`` cast to the input's dtype."""
+    if len(args) == 7:
+        given, total = args[1], args[6]
+        if (
+            isinstance(given, torch.Tensor)
+            and isinstance(total, torch.Tensor)
+            and total.dtype != given.dtype
+            and total.is_floating_point()
+        ):
+            args = (*args[:6], total.to(given.dtype))
+    return func(*args, **kwargs)
+
+
 #: The torch calls computed here, by name (:func:`..tagged._op_name`).
 OWN: dict[
     str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
 ] = {
     "conv3d": conv3d_keeping_layout,
     "conv_transpose3d": float32_under_autocast,
+    "bincount": bincount_as_mps,
+    "nll_loss_backward": nll_loss_backward_cast,
 }

@@ -101,6 +101,10 @@ _NO_CPU_KERNEL = re.compile(
 )
 
 
+#: The CPU's normal kernel refusing a dtype, which MPS's refuses as a TypeError.
+_NORMAL_DTYPE = re.compile(r'"normal_kernel_cpu" not implemented for \'(\w+)\'')
+
+
 def mps_only(error: NotImplementedError, rules: policy.Policy) -> Exception:
     """The error for a device call whose op has no CPU kernel.
 
@@ -108,6 +112,10 @@ def mps_only(error: NotImplementedError, rules: policy.Policy) -> Exception:
     MPS kernel (``_convert_weight_to_int4pack``, MPS's own attention) is not
     emulated; one without runs nowhere here or on a Mac, in the Mac's words.
     """
+    drawn = _NORMAL_DTYPE.search(str(error))
+    if drawn is not None:
+        # random_mps_impl (Distributions.mm) takes Half, Float and BFloat16
+        return TypeError(f"Unsupported type {drawn.group(1)} for operation normal")
     found = _NO_CPU_KERNEL.search(str(error))
     if found is None:
         return error
