@@ -530,3 +530,17 @@ def test_autocast_keeps_in_float32_what_mps_autocast_keeps(emulated: Emulation) 
         z = torch.mm(torch.ones(2, 2, device="mps"), torch.ones(2, 2, device="mps"))
     assert y.dtype == torch.float32 and y.device == MPS
     assert z.dtype == torch.float16  # mm is cast down, as on a Mac
+
+
+def test_where_and_gradient_name_both_devices(emulated: Emulation) -> None:
+    device = torch.ones(3, 3, device="mps")
+    with pytest.raises(RuntimeError, match=TWO_DEVICES.format("mps:0", "cpu")):
+        torch.where(torch.ones(3, 3, dtype=torch.bool), device, device)
+    with pytest.raises(
+        RuntimeError,
+        match="^torch.gradient expected each tensor to be on the same device, but "
+        "got devices mps:0 and cpu!$",
+    ):
+        torch.gradient(device, spacing=[torch.tensor([1.0, 2.0, 4.0])], dim=0)
+    assert torch.where(device > 0, device, 0.0).device == MPS
+    assert torch.gradient(device, dim=0)[0].device == MPS

@@ -87,6 +87,12 @@ OWN_PLACEMENT = {
 }
 
 
+# aten/src/ATen/native/ReduceOps.cpp, pre_check_gradient (every backend).
+GRADIENT = (
+    "torch.gradient expected each tensor to be on the same device, but got "
+    "devices {} and {}!"
+)
+
 # aten/src/ATen/native/mps/OperationUtils.mm, Placeholder::Placeholder.
 PLACEHOLDER = "Placeholder storage has not been allocated on MPS device!"
 

@@ -172,9 +172,10 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         self.call_rules: dict[Any, tuple[str, Callable[..., Any]]] = (
             audit_rules.call_rules()
         )
+        # where's kernel builds a TensorIterator too (TensorCompare.cpp)
         self.iterators = frozenset(
             name.partition(".")[0].removesuffix("_") for name in rules.table.iterators
-        )
+        ) | {"where"}
         self.names: dict[Any, str] = {}
         self.special: dict[Any, Callable[..., Any]] = {
             _property(Tensor, "device").__get__: self._device,
@@ -356,6 +357,9 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             if note is not None and scalars and base != "fill":
                 note(name, args, kwargs)
             return
+        if base == "gradient":
+            # pre_check_gradient (ReduceOps.cpp) compares devices before any kernel
+            raise RuntimeError(messages.GRADIENT.format(MPS, others[0].device))
         own = refused.own_placement(base, args)
         if own is not None:
             raise RuntimeError(own)
