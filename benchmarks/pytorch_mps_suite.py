@@ -357,11 +357,12 @@ def main() -> int:
     print("\nnot emulatable, by the script's table (NOT_EMULATABLE):")
     for pattern, reason in NOT_EMULATABLE.items():
         print(f"  {pattern}: {reason}")
+    plural = {"false alarm": "false alarms", "miss": "misses", "newer": "newer kernels"}
     for verdict in ("false alarm", "miss", "not emulatable", "newer"):
         chosen = [(line, ids) for (v, line), ids in groups.items() if v == verdict]
         if not chosen:
             continue
-        print(f"\n== {verdict}s, by first line")
+        print(f"\n== {plural.get(verdict, verdict)}, by first line")
         for line, ids in sorted(chosen, key=lambda g: -len(g[1])):
             print(f"{len(ids):4d}  {line}")
             for test_id in ids[:3]:
