@@ -13,7 +13,8 @@ it judges both halves of it:
   shaders, the profiler, MPS-only ops), or is listed in :data:`NOT_EMULATABLE`
   with the reason (Metal's numerics, MPS's random stream);
 - **newer**: tests a kernel the installed torch lacks on MPS
-  (:data:`NEWER_KERNELS`), when the file is newer than the torch.
+  (:data:`NEWER_KERNELS`) or behaviour it lacks (:data:`NEWER_TESTS`), when
+  the file is newer than the torch.
 
 Usage::
 
@@ -119,6 +120,10 @@ NOT_EMULATABLE: dict[str, str] = {
         "about once in 2,900 (560) draws (measured, torch 2.13), a concentration "
         "Dirichlet refuses; MPSGraph draws its own"
     ),
+    r"test_index_put_deterministic": (
+        "the order MPS's parallel index_put_ writes duplicate indices in "
+        "(pytorch#97574): the test expects the Mac's result to differ"
+    ),
     r"match_(arg|m)?sort_mps_b?float16": (
         "the order MPS's sort gives equal half-precision keys (PyTorch's "
         "comment: undefined behaviour)"
@@ -133,6 +138,15 @@ NEWER_KERNELS = frozenset(
     {"aten::linalg_lstsq", "aten::_linalg_eigh", "aten::_ctc_loss"}
     | {"aten::poisson", "aten::_linalg_svd"}
 )
+#: Tests of MPS behaviour newer than the installed torch, by test-id pattern,
+#: with the evidence: a Mac with this torch fails them too.
+NEWER_TESTS: dict[str, str] = {
+    r"test_index_put_accumulate_nondeterministic": (
+        "the MPS alerts of pytorch#195754 (2026-09): torch 2.13.0's and "
+        "2.14.1's use_deterministic_algorithms docs, which that change "
+        "extended, name no MPS op"
+    ),
+}
 _NOT_IMPLEMENTED = re.compile(
     r"The operator '(aten::[\w.]+)' is not currently implemented for the MPS device"
 )
@@ -223,6 +237,8 @@ def classify(test_id: str, outcome: Outcome) -> str:
         return "passed"
     missing = _NOT_IMPLEMENTED.search(outcome.first_line)
     if missing is not None and missing.group(1) in NEWER_KERNELS:
+        return "newer"
+    if any(re.search(pattern, test_id) for pattern in NEWER_TESTS):
         return "newer"
     if "NotEmulatedError" in outcome.text:
         return "not emulatable"
@@ -357,7 +373,14 @@ def main() -> int:
     print("\nnot emulatable, by the script's table (NOT_EMULATABLE):")
     for pattern, reason in NOT_EMULATABLE.items():
         print(f"  {pattern}: {reason}")
-    plural = {"false alarm": "false alarms", "miss": "misses", "newer": "newer kernels"}
+    plural = {
+        "false alarm": "false alarms",
+        "miss": "misses",
+        "newer": "newer than the installed torch",
+    }
+    print("\nnewer than the installed torch, by the script's table (NEWER_TESTS):")
+    for pattern, reason in NEWER_TESTS.items():
+        print(f"  {pattern}: {reason}")
     for verdict in ("false alarm", "miss", "not emulatable", "newer"):
         chosen = [(line, ids) for (v, line), ids in groups.items() if v == verdict]
         if not chosen:
