@@ -544,3 +544,17 @@ def test_where_and_gradient_name_both_devices(emulated: Emulation) -> None:
         torch.gradient(device, spacing=[torch.tensor([1.0, 2.0, 4.0])], dim=0)
     assert torch.where(device > 0, device, 0.0).device == MPS
     assert torch.gradient(device, dim=0)[0].device == MPS
+
+
+def test_data_of_more_than_16_dimensions_is_taken_as_on_a_mac(
+    emulated: Emulation,
+) -> None:
+    # torch.tensor copies through empty_strided_mps, which has no limit;
+    # a factory allocates through empty_mps, which has
+    nested: list[object] = [float("nan")]
+    for _ in range(24):
+        nested = [nested]
+    x = torch.tensor(nested, device="mps")
+    assert x.dim() == 25 and x.device == MPS
+    with pytest.raises(RuntimeError, match="dimensions <= 16, but got 25"):
+        torch.zeros([1] * 25, device="mps")

@@ -50,6 +50,9 @@ _RANDOM_FACTORIES = frozenset(
     {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal}
 )
 _ALIASING_FACTORIES = frozenset({torch.as_tensor, torch.asarray})
+#: Made from data through ``_to_copy``'s ``empty_strided_mps``, which does not
+#: check the 16-dimension limit that ``empty_mps`` checks (EmptyTensor.cpp).
+_FROM_DATA = _ALIASING_FACTORIES | {torch.tensor}
 #: Calls that take host tensors beside device ones by design: copies and
 #: moves, indexing with host indices (TensorAdvancedIndexing.cpp moves them,
 #: ``make_info``), construction from data, metadata-only ``*_as``, and
@@ -406,7 +409,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         ):
             out = out.clone()
         self._check_dtype(out)
-        if out.dim() > kernels.MAX_DIMS:
+        if out.dim() > kernels.MAX_DIMS and func not in _FROM_DATA:
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
