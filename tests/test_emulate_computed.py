@@ -97,3 +97,13 @@ def test_nll_loss_backward_takes_a_float32_total_weight_with_half_input(
     grad = torch.ops.aten.nll_loss_backward(grad_out, inp, label, None, 1, -100, total)
     assert grad.dtype == torch.half and grad.device == MPS
     assert grad[2, 3].item() == -1.0 and grad.abs().sum().item() == 1.0
+
+
+def test_narrow_copy_is_narrow_then_clone(emulated: Emulation) -> None:
+    x = torch.arange(24.0, device="mps").reshape(2, 3, 4)
+    copied = torch.narrow_copy(x, 2, 1, 2)
+    assert copied.device == MPS and copied.is_contiguous()
+    assert torch.equal(copied.cpu(), torch.arange(24.0).reshape(2, 3, 4)[:, :, 1:3])
+    assert copied.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be "):
+        x.narrow_copy(3, 0, 0)

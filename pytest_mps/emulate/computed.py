@@ -25,6 +25,10 @@ by the torch call's name in :data:`OWN`, once per device call):
 - ``nll_loss_backward`` takes a ``total_weight`` of another float dtype than
   its input (MPS casts it; the CPU's kernel refuses "expected scalar type
   Half but found Float").
+- ``narrow_copy`` is ``narrow`` then a contiguous ``clone``: MPS has no kernel
+  of its own and runs the composite (``narrow_copy_dense_symint``), whose
+  errors are ``narrow``'s (an IndexError for a dimension out of range, where
+  the CPU's kernel raises an internal RuntimeError).
 """
 
 from __future__ import annotations
@@ -111,6 +115,16 @@ def nll_loss_backward_cast(
     return func(*args, **kwargs)
 
 
+def narrow_copy_composite(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``narrow_copy`` as the composite MPS runs: ``narrow``, then ``clone``."""
+    if "out" in kwargs:
+        return func(*args, **kwargs)
+    view = torch.narrow(*args, **kwargs)
+    return view.clone(memory_format=torch.contiguous_format)
+
+
 #: The torch calls computed here, by name (:func:`..tagged._op_name`).
 OWN: dict[
     str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
@@ -119,4 +133,5 @@ OWN: dict[
     "conv_transpose3d": float32_under_autocast,
     "bincount": bincount_as_mps,
     "nll_loss_backward": nll_loss_backward_cast,
+    "narrow_copy": narrow_copy_composite,
 }
