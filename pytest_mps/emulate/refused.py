@@ -105,7 +105,7 @@ _NO_CPU_KERNEL = re.compile(
 _NORMAL_DTYPE = re.compile(r'"normal_kernel_cpu" not implemented for \'(\w+)\'')
 
 
-def mps_only(error: NotImplementedError, rules: policy.Policy) -> Exception:
+def mps_only(error: RuntimeError, rules: policy.Policy) -> Exception:
     """The error for a device call whose op has no CPU kernel.
 
     The dispatcher's text names the CPU, which a Mac would not: an op with an
@@ -153,7 +153,10 @@ def after_error(
                 "as torch.AcceleratorError at the next synchronization; "
                 "emulated: raised at once)"
             ) from None
-    if isinstance(error, NotImplementedError):
+    if isinstance(error, NotImplementedError) or (
+        isinstance(error, RuntimeError) and _NORMAL_DTYPE.search(str(error))
+    ):
+        # torch 2.6's CPU raises RuntimeError where later ones NotImplementedError
         raise mps_only(error, rules) from None
     raise error
 

@@ -400,7 +400,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         with op_rules.INSIDE:
             try:
                 out = func(*args, **options)
-            except NotImplementedError as error:
+            except RuntimeError as error:  # NotImplementedError too
                 raise refused.mps_only(error, self.rules) from None
         if not isinstance(out, Tensor):
             return out
