@@ -107,3 +107,74 @@ def test_narrow_copy_is_narrow_then_clone(emulated: Emulation) -> None:
     assert copied.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
     with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be "):
         x.narrow_copy(3, 0, 0)
+
+
+def _skip_without_an_mps_householder_product() -> None:
+    try:
+        torch.linalg.householder_product(
+            torch.zeros(2, 1, device="mps"), torch.zeros(1, device="mps")
+        )
+    except NotImplementedError:
+        pytest.skip("this torch has no MPS kernel for linalg_householder_product")
+
+
+def _orgqr_scalar_loops(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Metal's ``orgqr`` kernel statement by statement, one element at a time."""
+    m, n = a.shape
+    dt = a.dtype
+
+    def h(i: int, r: int, c: int) -> torch.Tensor:
+        a_c = a[c, i] if c > i else torch.tensor(float(c == i), dtype=dt)
+        a_r = a[r, i] if r > i else torch.tensor(float(r == i), dtype=dt)
+        return torch.tensor(float(r == c), dtype=dt) - tau[i] * (a_c * a_r)
+
+    prod = [[h(0, r, c) for c in range(m)] for r in range(m)]
+    for i in range(1, tau.shape[0]):
+        hi = [[h(i, r, c) for c in range(m)] for r in range(m)]
+        new = []
+        for r in range(m):
+            row = []
+            for c in range(m):
+                acc = torch.tensor(0.0, dtype=dt)
+                for j in range(m):
+                    acc = acc + prod[r][j] * hi[j][c]
+                row.append(acc)
+            new.append(row)
+        prod = new
+    return torch.stack([torch.stack(prod[r][:n]) for r in range(m)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_householder_product_rounds_as_metals_kernel(
+    emulated: Emulation, dtype: torch.dtype
+) -> None:
+    _skip_without_an_mps_householder_product()
+    torch.manual_seed(0)
+    a, tau = torch.randn(4, 3), torch.rand(3)
+    got = torch.linalg.householder_product(a.to("mps", dtype), tau.to("mps", dtype))
+    assert got.device == MPS and got.dtype == dtype and got.shape == (4, 3)
+    expected = _orgqr_scalar_loops(a.to(dtype), tau.to(dtype))
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+    # not the float32 answer rounded once, which the CPU's widening would give
+    wide = torch.linalg.householder_product(a, tau).to(dtype)
+    assert not torch.equal(got.cpu(), wide)
+    torch.testing.assert_close(got.cpu().float(), wide.float(), rtol=0, atol=5e-2)
+    assert torch.equal(torch.orgqr(a.to("mps", dtype), tau.to("mps", dtype)), got)
+
+
+def test_float32_householder_product_is_the_cpus_and_half_has_a_gradient(
+    emulated: Emulation,
+) -> None:
+    _skip_without_an_mps_householder_product()
+    torch.manual_seed(0)
+    a, tau = torch.randn(2, 5, 3), torch.rand(2, 3)
+    got = torch.linalg.householder_product(a.to("mps"), tau.to("mps"))
+    torch.testing.assert_close(
+        got.cpu(), torch.linalg.householder_product(a, tau), rtol=0, atol=0
+    )
+    leaf = a.to("mps", torch.float16).requires_grad_()
+    torch.linalg.householder_product(
+        leaf, tau.to("mps", torch.float16)
+    ).sum().backward()
+    assert leaf.grad is not None and leaf.grad.device == MPS
+    assert leaf.grad.dtype == torch.float16 and bool(leaf.grad.isfinite().all())

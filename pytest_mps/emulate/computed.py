@@ -29,6 +29,14 @@ by the torch call's name in :data:`OWN`, once per device call):
   of its own and runs the composite (``narrow_copy_dense_symint``), whose
   errors are ``narrow``'s (an IndexError for a dimension out of range, where
   the CPU's kernel raises an internal RuntimeError).
+- ``linalg.householder_product`` (``orgqr``) in float16 and bfloat16 runs the
+  Metal kernel's arithmetic (``LinearAlgebra.metal``'s ``orgqr``): each
+  reflector ``H_i = I - tau_i v_i v_i^H`` and each product ``H_0 .. H_i``
+  computed in the input's dtype, the products' sums accumulated one term at a
+  time and rounded after every multiply and add. The CPU has no half kernel,
+  and computing wider would give a Mac's answer more exactly than a Mac does
+  (test_mps.py's half and bfloat16 comparisons against the float32 reference
+  fail on a Mac: ``common_methods_invocations`` marks them).
 """
 
 from __future__ import annotations
@@ -125,6 +133,55 @@ def narrow_copy_composite(
     return view.clone(memory_format=torch.contiguous_format)
 
 
+_HALVES = frozenset({torch.float16, torch.bfloat16})
+
+
+def _reflector(a: torch.Tensor, tau: torch.Tensor, i: int) -> torch.Tensor:
+    """``H_i = I - tau_i v v^H`` in ``a``'s dtype, as the kernel's ``calc_H_irc``."""
+    m = a.shape[-2]
+    rows = torch.arange(m)
+    v = torch.where(rows > i, a[..., :, i], (rows == i).to(a.dtype))
+    outer = v.unsqueeze(-1) * v.conj().unsqueeze(-2)  # [r, c] = v_r * conj(v_c)
+    eye = torch.eye(m, dtype=a.dtype)
+    return eye - tau[..., i, None, None] * outer
+
+
+def householder_product_as_metal(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``householder_product`` of half inputs, rounded as Metal's kernel rounds."""
+    a = args[0] if args else kwargs.get("input")
+    tau = args[1] if len(args) > 1 else kwargs.get("tau")
+    if (
+        "out" in kwargs
+        or not isinstance(a, torch.Tensor)
+        or not isinstance(tau, torch.Tensor)
+        or a.dtype not in _HALVES
+        or tau.dtype != a.dtype
+        or a.dim() < 2
+        or a.numel() == 0
+        or tau.shape[-1] > a.shape[-1]
+        or a.shape[-1] > a.shape[-2]
+    ):
+        return func(*args, **kwargs)  # the CPU's checks and texts
+    try:  # the op's own refusal first (no MPS kernel before torch 2.8)
+        return func(*args, **kwargs)
+    except NotImplementedError as error:
+        if not widen.NOT_IMPLEMENTED.search(str(error)):
+            raise
+    m, n = a.shape[-2], a.shape[-1]
+    if tau.numel() == 0:
+        return torch.eye(m, dtype=a.dtype)[:, :n].expand(a.shape).clone()
+    product = _reflector(a, tau, 0)
+    for i in range(1, tau.shape[-1]):
+        h = _reflector(a, tau, i)
+        total = torch.zeros_like(product)
+        for j in range(m):  # AB_rc += A[r, j] * B[j, c], in the dtype
+            total = total + product[..., :, j, None] * h[..., None, j, :]
+        product = total
+    return product[..., :, :n].contiguous()
+
+
 #: The torch calls computed here, by name (:func:`..tagged._op_name`).
 OWN: dict[
     str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
@@ -134,4 +191,6 @@ OWN: dict[
     "bincount": bincount_as_mps,
     "nll_loss_backward": nll_loss_backward_cast,
     "narrow_copy": narrow_copy_composite,
+    "linalg_householder_product": householder_product_as_metal,
+    "orgqr": householder_product_as_metal,
 }
