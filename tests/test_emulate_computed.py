@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from pytest_mps.emulate import computed
 from pytest_mps.emulate.install import Emulation
 
 CL3D = torch.channels_last_3d
@@ -178,3 +179,57 @@ def test_float32_householder_product_is_the_cpus_and_half_has_a_gradient(
     ).sum().backward()
     assert leaf.grad is not None and leaf.grad.device == MPS
     assert leaf.grad.dtype == torch.float16 and bool(leaf.grad.isfinite().all())
+
+
+_SDPA_DROPOUT = r"^scaled_dot_product_attention for MPS does not support dropout\.$"
+sdpa_refuses_dropout = pytest.mark.skipif(
+    computed._release(torch.__version__) < (2, 13),
+    reason="MPS's attention kernel refuses dropout from torch 2.13 (pytorch#184126)",
+)
+
+
+@sdpa_refuses_dropout
+def test_attention_with_dropout_and_no_gradient_is_refused(emulated: Emulation) -> None:
+    q = torch.randn(1, 2, 4, 8, device="mps")
+    F = torch.nn.functional
+    assert F.scaled_dot_product_attention(q, q, q, dropout_p=0.0).device == MPS
+    with pytest.raises(NotImplementedError, match=_SDPA_DROPOUT):
+        F.scaled_dot_product_attention(q, q, q, dropout_p=0.2)
+    leaf = q.clone().requires_grad_()
+    with torch.no_grad(), pytest.raises(NotImplementedError, match=_SDPA_DROPOUT):
+        F.scaled_dot_product_attention(leaf, leaf, leaf, None, 0.2)
+    # a gradient takes the composite path, which applies dropout
+    out = F.scaled_dot_product_attention(leaf, q, q, dropout_p=0.5)
+    assert out.device == MPS
+    out.sum().backward()
+    assert leaf.grad is not None and leaf.grad.device == MPS
+
+
+class _SelfAttention(torch.nn.Module):
+    """Attention as transformers' "sdpa" implementation calls it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)
+        p = 0.1 if self.training else 0.0
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p)
+
+
+@sdpa_refuses_dropout
+def test_a_frozen_attention_layer_training_is_refused(emulated: Emulation) -> None:
+    layer = _SelfAttention().to("mps").train()
+    x = torch.randn(2, 5, 8, device="mps")
+    layer(x).sum().backward()  # trainable: the composite path, with dropout
+    layer.requires_grad_(False)
+    with pytest.raises(NotImplementedError, match=_SDPA_DROPOUT):
+        layer(x)
+    assert layer.eval()(x).device == MPS
+
+
+def test_attention_with_dropout_on_the_host_is_the_cpus(emulated: Emulation) -> None:
+    q = torch.randn(1, 2, 4, 8)
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    assert out.device.type == "cpu"

@@ -84,9 +84,10 @@ def test_mixed_devices_fail_only_where_a_mac_fails(
             assert x.tolist() == [3.0] * 6
 
         def test_attention_makes_its_own_mask(device):
-            # math attention (dropout on) builds its causal mask from q's options:
-            # a CPU tensor here, an MPS one on a Mac; nothing the user mixed
-            q = torch.randn(1, 2, 8, 4, device=device)
+            # math attention (dropout on, which a gradient takes on MPS) builds
+            # its causal mask from q's options: a CPU tensor here, an MPS one on
+            # a Mac; nothing the user mixed
+            q = torch.randn(1, 2, 8, 4, device=device, requires_grad=True)
             out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5, is_causal=True)
             assert out.is_mps
 

@@ -37,6 +37,16 @@ by the torch call's name in :data:`OWN`, once per device call):
   and computing wider would give a Mac's answer more exactly than a Mac does
   (test_mps.py's half and bfloat16 comparisons against the float32 reference
   fail on a Mac: ``common_methods_invocations`` marks them).
+- ``scaled_dot_product_attention`` with ``dropout_p > 0`` raises
+  NotImplementedError where MPS takes its own attention kernel: grad mode
+  off, or no input asking for a gradient (pytorch#184126, torch 2.13 on; the
+  composite path a gradient takes applies dropout). Users meet it training
+  with a frozen encoder or evaluating in train mode under ``no_grad``. Judged
+  where the code under test calls ``F.scaled_dot_product_attention`` (as
+  transformers' "sdpa" attention does); ``nn.MultiheadAttention`` calls it
+  inside ``F.multi_head_attention_forward``, one call to the emulation, and is
+  not judged. Before 2.13 that kernel ignored ``dropout_p`` (the same PR's
+  reproducer), which is not emulated.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import widen
+from pytest_mps.emulate import messages, widen
 
 _CL3D = torch.channels_last_3d
 
@@ -182,6 +192,28 @@ def householder_product_as_metal(
     return product[..., :, :n].contiguous()
 
 
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+#: pytorch#184126 landed before torch 2.13's branch cut (2026-06-10).
+_SDPA_REFUSES_DROPOUT = _release(torch.__version__) >= (2, 13)
+
+
+def attention_refusing_dropout(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``scaled_dot_product_attention``: MPS's own kernel refuses dropout."""
+    dropout = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+    if _SDPA_REFUSES_DROPOUT and dropout:
+        qkv = [a for a in args[:3] if isinstance(a, torch.Tensor)]
+        wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in qkv)
+        if not wants_grad and not any(t.is_nested for t in qkv):
+            raise NotImplementedError(messages.SDPA_DROPOUT)
+    return func(*args, **kwargs)
+
+
 #: The torch calls computed here, by name (:func:`..tagged._op_name`).
 OWN: dict[
     str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
@@ -193,4 +225,5 @@ OWN: dict[
     "narrow_copy": narrow_copy_composite,
     "linalg_householder_product": householder_product_as_metal,
     "orgqr": householder_product_as_metal,
+    "scaled_dot_product_attention": attention_refusing_dropout,
 }

@@ -50,6 +50,12 @@ NOT_IMPLEMENTED = (
 )
 
 
+# pytorch#184126 (merged 2026-05-18, in torch 2.13 on), TORCH_CHECK_NOT_IMPLEMENTED
+# where MPS's own attention kernel is given dropout_p > 0; the text as test_mps.py's
+# test_dropout_raises_not_implemented and users' reports give it.
+SDPA_DROPOUT = "scaled_dot_product_attention for MPS does not support dropout."
+
+
 # MPSFallback.mm, mps_fallback (TORCH_WARN_ONCE). A Mac's warning also ends in
 # " (Triggered internally at <build path>/MPSFallback.mm:<line>.)", which is
 # the build's and not reproduced.
