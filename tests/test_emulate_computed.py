@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -233,3 +234,28 @@ def test_attention_with_dropout_on_the_host_is_the_cpus(emulated: Emulation) -> 
     q = torch.randn(1, 2, 4, 8)
     out = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
     assert out.device.type == "cpu"
+
+
+def test_masked_scatter_takes_a_uint8_mask_and_refuses_a_float_one(
+    emulated: Emulation,
+) -> None:
+    source = torch.arange(1.0, 5.0, device="mps")
+    x = torch.zeros(4, device="mps")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no deprecation warning: MPS's kernel has none
+        mask = torch.tensor([1, 0, 1, 0], dtype=torch.uint8, device="mps")
+        out = x.masked_scatter(mask, source)
+        x.masked_scatter_(mask, source)
+    assert out.device == MPS and out.tolist() == [1.0, 0.0, 2.0, 0.0]
+    assert x.tolist() == out.tolist()
+    with pytest.raises(
+        RuntimeError,
+        match="^masked_scatter: expected BoolTensor or ByteTensor for mask$",
+    ):
+        x.masked_scatter(torch.ones(4, device="mps"), source)
+    # on the host the CPU's rules hold
+    with (
+        pytest.warns(UserWarning, match="uint8, this behavior is now deprecated"),
+        pytest.raises(RuntimeError, match="only supports boolean masks"),
+    ):
+        torch.zeros(4).masked_scatter(torch.ones(4, dtype=torch.uint8), source.cpu())

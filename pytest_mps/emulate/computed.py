@@ -47,6 +47,9 @@ by the torch call's name in :data:`OWN`, once per device call):
   inside ``F.multi_head_attention_forward``, one call to the emulation, and is
   not judged. Before 2.13 that kernel ignored ``dropout_p`` (the same PR's
   reproducer), which is not emulated.
+- ``masked_scatter`` takes a uint8 mask as a bool one, without the CPU's
+  deprecation warning, and refuses other mask dtypes with MPS's text
+  (``Indexing.mm``'s ``masked_scatter__mps``; the CPU refuses uint8 too).
 """
 
 from __future__ import annotations
@@ -214,6 +217,23 @@ def attention_refusing_dropout(
     return func(*args, **kwargs)
 
 
+def masked_scatter_as_mps(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``masked_scatter(_)`` with the mask dtypes MPS's kernel takes."""
+    values = [*args, *kwargs.values()]
+    if len(values) != 3 or not all(isinstance(v, torch.Tensor) for v in values):
+        return func(*args, **kwargs)
+    self, mask, source = values
+    if self.numel() == 0 or self.dtype != source.dtype or mask.dtype == torch.bool:
+        return func(*args, **kwargs)  # the CPU's checks and texts
+    if mask.dtype != torch.uint8:
+        raise RuntimeError(messages.MASKED_SCATTER_MASK)
+    if args and len(args) == 3:
+        return func(self, mask.bool(), source)
+    return func(*args[:1], mask=mask.bool(), source=source)
+
+
 #: The torch calls computed here, by name (:func:`..tagged._op_name`).
 OWN: dict[
     str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
@@ -226,4 +246,6 @@ OWN: dict[
     "linalg_householder_product": householder_product_as_metal,
     "orgqr": householder_product_as_metal,
     "scaled_dot_product_attention": attention_refusing_dropout,
+    "masked_scatter": masked_scatter_as_mps,
+    "masked_scatter_": masked_scatter_as_mps,
 }

@@ -56,6 +56,11 @@ NOT_IMPLEMENTED = (
 SDPA_DROPOUT = "scaled_dot_product_attention for MPS does not support dropout."
 
 
+# native/mps/operations/Indexing.mm, masked_scatter__mps (TORCH_CHECK): MPS takes
+# bool and uint8 masks (without the CPU's deprecation warning for uint8).
+MASKED_SCATTER_MASK = "masked_scatter: expected BoolTensor or ByteTensor for mask"
+
+
 # MPSFallback.mm, mps_fallback (TORCH_WARN_ONCE). A Mac's warning also ends in
 # " (Triggered internally at <build path>/MPSFallback.mm:<line>.)", which is
 # the build's and not reproduced.
