@@ -103,7 +103,27 @@ NOT_EMULATABLE: dict[str, str] = {
     r"grad_match_nn_functional_(alpha_|feature_alpha_)?dropout": _STREAM,
     r"match_nn_functional_scaled_dot_product_attention": _STREAM + " (dropout)",
     r"match_nn_functional_multi_head_attention_forward": _STREAM + " (dropout)",
-    r"grad_match_pca_lowrank": _STREAM + " (sign of singular vectors)",
+    r"match_pca_lowrank": _STREAM + " (sign of singular vectors)",
+    # Marked failing by PyTorch where the Mac's kernel raises nothing for
+    # these inputs: the failure is in the Mac's numbers, not reproduced here
+    r"match_(log_softmax|softmax|nn_functional_softmin)_with_dtype_mps_float32": (
+        "Metal's numerics: MPS's bfloat16 (log_)softmax and its backward run "
+        "in bfloat16 (SoftMax.mm builds the backward graph in the output's "
+        "dtype), where the CPU's kernel accumulates in float; the float32 "
+        "input's gradient is compared at float32 tolerance"
+    ),
+    r"match_masked_median_mps": (
+        "Metal's numerics: masked rows are NaN, and MPS's nanmedian sorts "
+        "with MPSGraph and gathers at (valid count + 1) / 2 - 1 "
+        "(ReduceOps.mm, median_out_mps_common), -1 for a fully masked row; "
+        "where MPSGraph's sort puts NaN and what its gather gives for -1 "
+        "cannot be read here"
+    ),
+    r"grad_match_native_group_norm_mps_float32": (
+        "Metal's numerics: PyTorch's OpInfo marks it 'likely due to "
+        "dispatching through infinitely_differentiable_native_group_norm_"
+        "backward', a gradient formula whose float32 result differs on MPS"
+    ),
     r"test_mps_allocator_module": "the MPS allocator's statistics (Metal heaps)",
     r"test_load_precompiled_metallib": "a Metal library compiled on a Mac",
     r"test_warn_on_not_implemented_with_fallback": (
@@ -141,6 +161,17 @@ NEWER_KERNELS = frozenset(
 #: Tests of MPS behaviour newer than the installed torch, by test-id pattern,
 #: with the evidence: a Mac with this torch fails them too.
 NEWER_TESTS: dict[str, str] = {
+    # torch 2.13's release branch was cut 2026-06-10 (pytorch#186934,
+    # #186959); these tests came with fixes merged after it
+    r"test_fftn_too_many_dims": (
+        "pytorch#186967 (merged 2026-06-12): MPS's FFT permutes the transformed "
+        "dims last and refuses more than four; 2.13's kernel passes them to "
+        "MPSGraph as they are (the SIGABRT of pytorch#186885)"
+    ),
+    r"test_local_response_norm_complex_input_raises": (
+        "its regression test for pytorch#187611 (after the cut): 2.13 raises "
+        "an opaque Metal RuntimeError for complex input, not NotImplementedError"
+    ),
     r"test_index_put_accumulate_nondeterministic": (
         "the MPS alerts of pytorch#195754 (2026-09): torch 2.13.0's and "
         "2.14.1's use_deterministic_algorithms docs, which that change "
