@@ -97,7 +97,8 @@ def test_mixed_devices_fail_only_where_a_mac_fails(
         """
     )
     flags = [f"--mps-mixed-devices={level}"] if level else []
-    result = pytester.runpytest("--mps-emulate", *flags)
+    # a process of its own: the guard's summary depends on no earlier run
+    result = pytester.runpytest_subprocess("--mps-emulate", *flags)
     # the Mac's crash is the emulation's, whatever the guard's level
     result.assert_outcomes(failed=1, passed=3)
     result.stdout.fnmatch_lines(
@@ -232,11 +233,14 @@ def test_the_audit_judges_the_devices_tensors_only(pytester: pytest.Pytester) ->
             torch.ones(2, device=device).double()
         """
     )
-    plain = pytester.runpytest("--mps-audit=error")
+    # in processes of their own: in-process runs before it leave dispatcher
+    # registrations that change whether the audit or the emulation meets the
+    # float64 cast first
+    plain = pytester.runpytest_subprocess("--mps-audit=error")
     # on the CPU alone, every tensor looks like the device's (ndtri too: only
     # an assert's reads are the test's own)
     plain.assert_outcomes(failed=3)
-    emulated = pytester.runpytest(
+    emulated = pytester.runpytest_subprocess(
         "--mps-audit=error", "--mps-emulate", "--mps-report=r.json"
     )
     emulated.assert_outcomes(failed=1, passed=2)
