@@ -17,6 +17,7 @@ pytest.register_assert_rewrite("pytest_mps.assertions", "pytest_mps.parity.check
 
 if TYPE_CHECKING:
     from pytest_mps.assertions import assert_on_device, assert_same_device
+    from pytest_mps.compile_checks import assert_no_graph_breaks, assert_no_recompiles
     from pytest_mps.parity.check import assert_device_parity
     from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
@@ -27,6 +28,8 @@ _LAZY = {
     "assert_on_device": "pytest_mps.assertions",
     "assert_same_device": "pytest_mps.assertions",
     "assert_device_parity": "pytest_mps.parity.check",
+    "assert_no_graph_breaks": "pytest_mps.compile_checks",
+    "assert_no_recompiles": "pytest_mps.compile_checks",
     "HostSyncError": "pytest_mps.watch.host_sync",
     "forbid_host_sync": "pytest_mps.watch.host_sync",
 }
@@ -42,6 +45,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "HostSyncError",
     "assert_device_parity",
+    "assert_no_graph_breaks",
+    "assert_no_recompiles",
     "assert_on_device",
     "assert_same_device",
     "forbid_host_sync",
