@@ -85,6 +85,11 @@ def assert_no_graph_breaks(fn: Any, /, *args: Any, **kwargs: Any) -> None:
     with _outside_pytest_mps():
         torch._dynamo.reset()
         explanation = torch._dynamo.explain(fn)(*args, **kwargs)
+    if not explanation.graph_count:
+        raise RuntimeError(
+            f"{_name(fn)}: Dynamo compiled no graph (torch {torch.__version__}), so "
+            "there is nothing to judge; seen with torch 2.6 under --mps-audit"
+        )
     count = explanation.graph_break_count
     if not count:
         return
