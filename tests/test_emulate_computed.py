@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from pytest_mps.emulate import computed
+from pytest_mps.audit import kernels
 from pytest_mps.emulate.install import Emulation
 
 CL3D = torch.channels_last_3d
@@ -184,7 +184,7 @@ def test_float32_householder_product_is_the_cpus_and_half_has_a_gradient(
 
 _SDPA_DROPOUT = r"^scaled_dot_product_attention for MPS does not support dropout\.$"
 sdpa_refuses_dropout = pytest.mark.skipif(
-    computed._release(torch.__version__) < (2, 13),
+    kernels.torch_release(torch.__version__) < (2, 13),
     reason="MPS's attention kernel refuses dropout from torch 2.13 (pytorch#184126)",
 )
 

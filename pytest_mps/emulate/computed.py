@@ -59,6 +59,7 @@ from typing import Any
 
 import torch
 
+from pytest_mps.audit import kernels
 from pytest_mps.emulate import messages, widen
 
 _CL3D = torch.channels_last_3d
@@ -177,7 +178,7 @@ def householder_product_as_metal(
         or a.shape[-1] > a.shape[-2]
     ):
         return func(*args, **kwargs)  # the CPU's checks and texts
-    try:  # the op's own refusal first (no MPS kernel before torch 2.8)
+    try:  # the op's own refusal first (torch 2.6 has no MPS kernel for it)
         return func(*args, **kwargs)
     except NotImplementedError as error:
         if not widen.NOT_IMPLEMENTED.search(str(error)):
@@ -195,13 +196,8 @@ def householder_product_as_metal(
     return product[..., :, :n].contiguous()
 
 
-def _release(version: str) -> tuple[int, int]:
-    major, minor = version.split("+")[0].split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
 #: pytorch#184126 landed before torch 2.13's branch cut (2026-06-10).
-_SDPA_REFUSES_DROPOUT = _release(torch.__version__) >= (2, 13)
+_SDPA_REFUSES_DROPOUT = kernels.torch_release(torch.__version__) >= (2, 13)
 
 
 def attention_refusing_dropout(
