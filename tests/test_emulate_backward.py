@@ -122,3 +122,19 @@ def test_activation_checkpointing_recomputes_on_the_device(
     plain.sin().cos().exp().sum().backward()
     assert plain.grad is not None
     torch.testing.assert_close(x.grad.cpu(), plain.grad)
+
+
+def test_a_dispatch_mode_sees_a_device_backward_through(emulated: Emulation) -> None:
+    # FlopCounterMode (and any op logger) runs each aten op from Python: the
+    # engine's gradients then meet the device's saved tensors in the mode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+    model = model.to("mps")
+    x = torch.randn(4, 16, device="mps", requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    # forward addmm 2*4*16*16, backward two mms of the same size
+    assert counter.get_total_flops() == 3 * 2 * 4 * 16 * 16
+    assert x.grad is not None and x.grad.device == MPS
+    assert model[0].weight.grad is not None and model[0].weight.grad.device == MPS

@@ -37,7 +37,14 @@ from torch.overrides import TorchFunctionMode
 
 from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
-from pytest_mps.emulate import computed, messages, op_rules, policy, refused, tags
+from pytest_mps.emulate import (
+    computed,
+    messages,
+    op_rules,
+    policy,
+    refused,
+    tags,
+)
 from pytest_mps.emulate.answers import TensorAnswers
 from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
@@ -272,6 +279,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
                 verdict = found[1](args, kwargs)
             if verdict is not None:
                 self.rules.apply(verdict, found[0])
+        if hosts and type(func) is _OP_OVERLOAD and _current_node() is not None:
+            hosts = _engine_gradients(hosts)
         if hosts:
             self._check_hosts(func, name, args, kwargs, hosts)
         if generator is not None and type(generator) is not EmulatedGenerator:
@@ -413,6 +422,31 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
+
+
+_OP_OVERLOAD = torch._ops.OpOverload
+_current_node = torch._C._current_autograd_node
+
+
+def _engine_gradients(hosts: list[Tensor]) -> list[Tensor]:
+    """Tag the gradients autograd's engine made; the host tensors left.
+
+    During a backward (autograd's engine runs a node; torch 2.6's
+    ``torch.autograd.backward`` never reaches this mode, so the node is the
+    sign), the engine's C++ kernels make gradients from CPU tensors,
+    untagged. This mode never sees those kernels, except when a dispatch mode
+    (``FlopCounterMode``, a user's op logger, the parity localizer) runs each
+    aten op from Python: then the gradients meet the device's saved tensors
+    here. On a Mac they are device tensors. 0-dim host tensors stay (scalars,
+    as anywhere).
+    """
+    kept = []
+    for h in hosts:
+        if h.device.type == "cpu" and h.dim() != 0:
+            tags.tag(h)
+        else:
+            kept.append(h)
+    return kept
 
 
 def _property(owner: type, name: str) -> Any:

@@ -32,6 +32,7 @@ from pytest_mps.parity.layouts import (
     layout_failure,
     layouts_note,
 )
+from pytest_mps.parity.localize import Localization, localize
 from pytest_mps.parity.run import (
     Plan,
     Run,
@@ -59,6 +60,8 @@ class ParityReport:
     notes: list[str]
     #: with ``layouts=True``: per layout, every leaf against the contiguous run
     layouts: dict[str, list[LeafDiff]] = dataclasses.field(default_factory=dict)
+    #: on failure: the first device op out of tolerance on its own inputs
+    localization: Localization | None = None
 
     @property
     def failed(self) -> list[LeafDiff]:
@@ -203,6 +206,8 @@ def _run_and_compare(
     if failed:
         shown = failed[:MAX_ROWS]
         more = len(failed) - len(shown)
+        found, where_lines = _localized(plan, target, dtypes[1], tolerances, target_run)
+        report.localization = found
         raise ParityError(
             "\n".join(
                 [
@@ -211,6 +216,7 @@ def _run_and_compare(
                     *notes,
                     table(shown),
                     *([f"... and {more} more leaves out of tolerance"] if more else []),
+                    *where_lines,
                 ]
             ),
             report,
@@ -225,10 +231,52 @@ def _run_and_compare(
             reference_run, variant, target, sides, widened, tolerances
         )
         report.layouts[layout.name] = against_run
-        lines += layout_failure(layout, target, against_run, against_ref, odd + odd_ref)
+        failure = layout_failure(
+            layout, target, against_run, against_ref, odd + odd_ref
+        )
+        if failure and report.localization is None:
+            found, where_lines = _localized(
+                laid_out(plan, layout), target, dtypes[1], tolerances, variant
+            )
+            report.localization = found
+            failure += where_lines
+        lines += failure
     if lines:
         raise ParityError("\n".join([f"{where}: {lines[0]}", *lines[1:]]), report)
     return report
+
+
+def _localized(
+    plan: Plan,
+    target: torch.device,
+    dtype: torch.dtype | None,
+    tolerances: tuple[float | None, float | None],
+    first: Run,
+) -> tuple[Localization | None, list[str]]:
+    """The device side once more, each op replayed on the CPU: the report's lines.
+
+    Only a failing check comes here. The rerun's leaves are compared with the
+    ``first`` run's: a device that answers the same inputs differently twice
+    is named (pytorch#180776). A failure of the localization itself is a line
+    of the report, never a second error hiding the first.
+    """
+    try:
+        with rng_restored([target]):
+            found, again = localize(
+                lambda: run(plan, target, dtype, checked=False),
+                str(target),
+                plan.name,
+                tolerances,
+            )
+        sides = (f"the first run ({target})", f"the rerun ({target})")
+        diffs, _, _ = compare_runs(first, again, target, sides, False, tolerances)
+        found.rerun_differs = [d.path for d in diffs if not d.ok]
+    except Exception as exc:  # the parity failure is the news; this is a footnote
+        text = str(exc).strip().splitlines()
+        return None, [
+            f"localization failed: {type(exc).__name__}: {text[0] if text else ''}"
+        ]
+    return found, found.lines()
 
 
 def _run_layout(
