@@ -226,8 +226,39 @@ def test_cancel():
         [
             "E  * localized: * aten ops was run again on the cpu from the inputs "
             "it had on cpu (* compared)",
-            "E  *   no op leaves its tolerance on its own inputs: the difference "
-            "builds up over many ops (or comes from an op not compared)",
+            "E  *   no op leaves its tolerance on its own inputs, and no layer with "
+            "what it was given within it: the difference builds up over many ops",
+        ]
+    )
+
+
+def test_a_layer_whose_code_takes_another_path_on_the_device_is_named(
+    pytester: pytest.Pytester,
+) -> None:
+    # every op is right on its own inputs: the layer runs other ops on mps
+    result = _run(
+        pytester,
+        """
+class Scaled(nn.Module):
+    def forward(self, x):
+        return x * (1.05 if x.device.type == "mps" else 1.0)
+
+
+def test_net():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), Scaled(), nn.Linear(16, 4))
+    assert_device_parity(net, torch.randn(4, 8), device="mps")
+""",
+        "--mps-emulate",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E  *   first layer out of tolerance with its inputs within it: net.1 "
+            "(Scaled), forward: output 0 64/64 elements out (max |diff| *)",
+            "E  *   no op in it leaves its tolerance on its own inputs: it runs "
+            "other ops on the device (code that depends on the device), or the "
+            "difference builds up over its ops",
         ]
     )
 
@@ -257,5 +288,34 @@ def test_drift():
         [
             "E  *   the rerun on cpu differs from its first run (same inputs, same "
             "seed): output; its results depend on the run, not only on the inputs",
+        ]
+    )
+
+
+def test_a_cuda_only_kernel_is_replayed_through_its_cpu_equivalent(
+    pytester: pytest.Pytester,
+) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: cudnn_batch_norm runs only there")
+    result = _run(
+        pytester,
+        """
+def test_conv():
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    x = torch.randn(2, 3, 8, 8)
+    with WrongOnDevice(torch.ops.aten.cudnn_batch_norm_backward.default):
+        assert_device_parity(net, x, device="cuda")
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E  *   first op out of tolerance: aten.cudnn_batch_norm_backward.default "
+            "(op * of *, backward) in layer net.1 (BatchNorm2d), the backward of "
+            "the call at test_net.py:*",
         ]
     )

@@ -25,6 +25,9 @@ from pytest_mps.parity.compare import (
     dtype_name,
     table,
 )
+from pytest_mps.parity.findings import Localization
+from pytest_mps.parity.layers import LayerRecorder, first_wrong_layer
+from pytest_mps.parity.layers import recording as layer_recording
 from pytest_mps.parity.layouts import (
     Layout,
     fitting,
@@ -32,7 +35,7 @@ from pytest_mps.parity.layouts import (
     layout_failure,
     layouts_note,
 )
-from pytest_mps.parity.localize import Localization, localize
+from pytest_mps.parity.localize import localize
 from pytest_mps.parity.run import (
     Plan,
     Run,
@@ -206,7 +209,7 @@ def _run_and_compare(
     if failed:
         shown = failed[:MAX_ROWS]
         more = len(failed) - len(shown)
-        found, where_lines = _localized(plan, target, dtypes[1], tolerances, target_run)
+        found, where_lines = _localized(plan, devices, dtypes, tolerances, target_run)
         report.localization = found
         raise ParityError(
             "\n".join(
@@ -236,7 +239,7 @@ def _run_and_compare(
         )
         if failure and report.localization is None:
             found, where_lines = _localized(
-                laid_out(plan, layout), target, dtypes[1], tolerances, variant
+                laid_out(plan, layout), devices, dtypes, tolerances, variant
             )
             report.localization = found
             failure += where_lines
@@ -248,26 +251,37 @@ def _run_and_compare(
 
 def _localized(
     plan: Plan,
-    target: torch.device,
-    dtype: torch.dtype | None,
+    devices: tuple[torch.device, torch.device],
+    dtypes: tuple[torch.dtype | None, torch.dtype | None],
     tolerances: tuple[float | None, float | None],
     first: Run,
 ) -> tuple[Localization | None, list[str]]:
-    """The device side once more, each op replayed on the CPU: the report's lines.
+    """Both sides once more, each device op replayed on the CPU: the report's lines.
 
-    Only a failing check comes here. The rerun's leaves are compared with the
-    ``first`` run's: a device that answers the same inputs differently twice
-    is named (pytorch#180776). A failure of the localization itself is a line
-    of the report, never a second error hiding the first.
+    Only a failing check comes here. Both sides run under module hooks
+    (:mod:`.layers`), the device side under the op replay too
+    (:mod:`.localize`). The rerun's leaves are compared with the ``first``
+    run's: a device that answers the same inputs differently twice is named
+    (pytorch#180776). A failure of the localization itself is a line of the
+    report, never a second error hiding the first.
     """
+    ref, target = devices
     try:
-        with rng_restored([target]):
-            found, again = localize(
-                lambda: run(plan, target, dtype, checked=False),
-                str(target),
-                plan.name,
-                tolerances,
-            )
+        with rng_restored([ref, target]):
+            reference_layers = LayerRecorder(plan.name)
+            with layer_recording(reference_layers):
+                run(plan, ref, dtypes[0], checked=False)
+            device_layers = LayerRecorder(plan.name)
+            with layer_recording(device_layers):
+                found, again = localize(
+                    lambda: run(plan, target, dtypes[1], checked=False),
+                    str(target),
+                    plan.name,
+                    tolerances,
+                )
+        found.layer = first_wrong_layer(
+            reference_layers, device_layers, target.type, tolerances
+        )
         sides = (f"the first run ({target})", f"the rerun ({target})")
         diffs, _, _ = compare_runs(first, again, target, sides, False, tolerances)
         found.rerun_differs = [d.path for d in diffs if not d.ok]

@@ -28,13 +28,15 @@ parity check never comes here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pytest_mps.parity.compare import LeafDiff, compare, default_tolerance, dtype_name
+from pytest_mps.parity.compare import compare, default_tolerance, dtype_name
+from pytest_mps.parity.equivalents import CPU_EQUIVALENTS
+from pytest_mps.parity.findings import Localization, Site, WrongOp
+from pytest_mps.parity.layers import Names
 from pytest_mps.watch.locations import relative_location, user_location
 
 if TYPE_CHECKING:
@@ -51,116 +53,6 @@ _UNINITIALISED = (
     "empty_strided",
     "new_empty_strided",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Site:
-    """Where an op ran: its module, the user's line, forward or backward."""
-
-    module: str | None
-    kind: str | None
-    line: str
-    phase: str
-
-
-@dataclasses.dataclass(frozen=True)
-class WrongOp:
-    """A device op whose output leaves the tolerance on its own inputs."""
-
-    index: int
-    op: str
-    site: Site
-    inputs: list[str]
-    diff: LeafDiff
-    output: str
-    device_value: float | complex
-    cpu_value: float | complex
-
-
-@dataclasses.dataclass
-class Localization:
-    """What the replay of every device op found."""
-
-    device: str
-    ops: int = 0
-    replayed: int = 0
-    random: int = 0
-    no_cpu_kernel: dict[str, int] = dataclasses.field(default_factory=dict)
-    wrong: list[WrongOp] = dataclasses.field(default_factory=list)
-    wrong_count: int = 0
-    #: the leaves whose rerun left the tolerance of the first device run
-    rerun_differs: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def first(self) -> WrongOp | None:
-        """The first op out of tolerance, in the order the device ran them."""
-        return self.wrong[0] if self.wrong else None
-
-    def lines(self) -> list[str]:
-        """The report: the first wrong op, its layer, inputs and worst element."""
-        head = (
-            f"localized: the device side ran again with the test's seed; each of its "
-            f"{self.ops} aten ops was run again on the cpu from the inputs it had on "
-            f"{self.device} ({self.replayed} compared"
-        )
-        skipped = []
-        if self.random:
-            skipped.append(f"{self.random} random")
-        if self.no_cpu_kernel:
-            n = sum(self.no_cpu_kernel.values())
-            names = ", ".join(sorted(self.no_cpu_kernel)[:3])
-            skipped.append(f"{n} with no cpu kernel: {names}")
-        out = [head + (", " + "; ".join(skipped) if skipped else "") + ")"]
-        if self.rerun_differs:
-            shown = ", ".join(self.rerun_differs[:3])
-            more = len(self.rerun_differs) - 3
-            out.append(
-                f"  the rerun on {self.device} differs from its first run (same "
-                f"inputs, same seed): {shown}"
-                + (f" and {more} more" if more > 0 else "")
-                + "; its results depend on the run, not only on the inputs"
-            )
-        first = self.first
-        if first is None:
-            out.append(
-                "  no op leaves its tolerance on its own inputs: the difference "
-                "builds up over many ops (or comes from an op not compared)"
-            )
-            return out
-        site = first.site
-        layer = f"layer {site.module} ({site.kind})" if site.module else "no module"
-        d = first.diff
-        out += [
-            f"  first op out of tolerance: {first.op} (op {first.index + 1} of "
-            f"{self.ops}, {site.phase}) in {layer}, "
-            + (
-                "the backward of the call at "
-                if site.phase == "backward"
-                else "called at "
-            )
-            + site.line,
-            *(f"    {text}" for text in first.inputs),
-            f"    {first.output}: {d.mismatched}/{d.numel} elements out of "
-            f"tolerance, worst at {_index(d.worst)}: {self.device} "
-            f"{first.device_value:.6g}, cpu {first.cpu_value:.6g} (|diff| "
-            f"{d.max_abs:.2e}, allowed {d.atol:.1e} + {d.rtol:.1e} x |cpu|)",
-        ]
-        later = [w for w in self.wrong[1:]]
-        if later:
-            shown = ", ".join(
-                f"{w.op} in {w.site.module or 'no module'} ({w.site.phase})"
-                for w in later
-            )
-            more = self.wrong_count - len(self.wrong)
-            out.append(
-                f"  also out of tolerance on their own inputs: {shown}"
-                + (f" and {more} more" if more > 0 else "")
-            )
-        return out
-
-
-def _index(index: tuple[int, ...] | None) -> str:
-    return "()" if not index else "(" + ", ".join(map(str, index)) + ")"
 
 
 def _describe(name: str, t: torch.Tensor) -> str:
@@ -207,43 +99,13 @@ def _on_host(value: Any) -> Any:
     return value
 
 
-class _Names:
-    """Modules by qualified name, found from the roots the forward calls."""
-
-    def __init__(self, root_name: str) -> None:
-        self.root_name = root_name
-        self.names: dict[int, str] = {}
-        self.keep: list[Any] = []  # the modules named, alive while named
-        self.stack: list[tuple[str, str]] = []
-
-    def name(self, module: Any) -> str:
-        known = self.names.get(id(module))
-        if known is not None:
-            return known
-        if self.stack:
-            prefix = f"{self.stack[-1][0]}.<{type(module).__name__}>"
-        else:
-            prefix = self.root_name if not self.names else type(module).__name__
-        for path, sub in module.named_modules():
-            self.names.setdefault(id(sub), f"{prefix}.{path}" if path else prefix)
-            self.keep.append(sub)
-        return self.names[id(module)]
-
-    def enter(self, module: Any, args: Any) -> None:
-        self.stack.append((self.name(module), type(module).__name__))
-
-    def leave(self, module: Any, args: Any, output: Any) -> None:
-        if self.stack:
-            self.stack.pop()
-
-
 class Recorder:
     """The dispatch mode and the function mode of one localization run."""
 
     def __init__(self, device: str, root_name: str, tolerances: Any) -> None:
         self.found = Localization(device)
         self.device_type = device.split(":")[0]
-        self.modules = _Names(root_name)
+        self.modules = Names(root_name)
         self.nodes: dict[Any, Site] = {}
         self.tolerances = tolerances
         self.root = os.getcwd()
@@ -334,8 +196,15 @@ class Recorder:
         if not device_out:
             return
         call_args, call_kwargs = _pytree.tree_map(_on_host, (host_args, host_kwargs))
+        replay, compared = func, len(device_out)
+        equivalent = CPU_EQUIVALENTS.get(name)
+        if equivalent is not None:
+            replay, call_args, call_kwargs, compared = equivalent(
+                call_args, call_kwargs
+            )
+            device_out = device_out[:compared]
         try:
-            cpu = func(*call_args, **call_kwargs)
+            cpu = replay(*call_args, **call_kwargs)
         except (RuntimeError, NotImplementedError, TypeError, ValueError):
             found.no_cpu_kernel[name] = found.no_cpu_kernel.get(name, 0) + 1
             return
