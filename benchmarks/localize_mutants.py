@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_mps import assert_device_parity  # noqa: E402
+from pytest_mps import assert_device_parity, assert_reproducible  # noqa: E402
 from pytest_mps.emulate import tags  # noqa: E402
 from pytest_mps.parity.check import ParityError  # noqa: E402
 
@@ -234,6 +234,7 @@ class Mutation(TorchDispatchMode):
         self.device_type = device_type
         self.first: tuple[str | None, str] | None = None
         self.calls: list[tuple[Any, str, str | None, bool, int]] = []
+        self.drift = 0  # "drift": how many calls changed so far
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
@@ -260,7 +261,11 @@ class Mutation(TorchDispatchMode):
             return out
         if self.first is None:
             self.first = (module, str(func))
-        changed = _changed(outputs[0], m.change)
+        if m.change == "drift":  # each call a little more than the one before
+            changed = outputs[0] * (1 + 1e-3 * self.drift)
+            self.drift += 1
+        else:
+            changed = _changed(outputs[0], m.change)
         if isinstance(out, torch.Tensor):
             return changed
         return (changed, *out[1:])
@@ -365,11 +370,38 @@ def score(mutant: Mutant, device: str, seed: int) -> tuple[str, str, str]:
     return layer, op, f"named {how}; truth {truth[1]} in {truth[0]}"
 
 
+def score_flaky(mutant: Mutant, device: str, seed: int) -> tuple[str, str]:
+    """(outcome, what was named) for a mutant whose op drifts call by call."""
+    from pytest_mps.parity.twice import NotReproducible
+
+    make, data = ZOO[mutant.model]
+    torch.manual_seed(seed)
+    model, x = make(), data()
+    with mutated(model, mutant, device.split(":")[0]) as mode:
+        try:
+            assert_reproducible(model, x, device=device)
+        except NotReproducible as error:
+            first = error.differs
+        else:
+            return "missed", "both runs agreed"
+    truth = mode.first
+    if truth is None:
+        return "not fired", "the op never ran"
+    if first is None:
+        return "caught", "no op named"
+    right = first.site.module == truth[0] and first.op == truth[1]
+    named = f"named {first.op} in {first.site.module}; truth {truth[1]} in {truth[0]}"
+    return ("caught, right op and layer" if right else "caught, wrong op"), named
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="mps", help="mps (emulated) or cuda")
     parser.add_argument("--mutants", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--flaky", type=int, default=10, help="mutants whose op drifts per call"
+    )
     args = parser.parse_args()
     # CUDA's TF32 rounds float32 matmuls and convolutions to 10-bit
     # mantissas: the clean models would differ from the CPU before any mutant
@@ -399,6 +431,14 @@ def main() -> int:
             layers += layer == "right"
             ops += op == "right"
             print(f"{total:2d}. {mutant.describe()}: layer {layer}, op {op} ({named})")
+        flaky: dict[str, int] = {}
+        for i, mutant in enumerate(make_mutants(profiles, args.seed + 1000)):
+            if i == args.flaky:
+                break
+            drifting = dataclasses.replace(mutant, change="drift")
+            outcome, named = score_flaky(drifting, args.device, args.seed + i)
+            flaky[outcome] = flaky.get(outcome, 0) + 1
+            print(f"  flaky {i + 1}. {drifting.describe()}: {outcome} ({named})")
         seconds = time.perf_counter() - started
     finally:
         if emulation is not None:
@@ -406,6 +446,11 @@ def main() -> int:
     print(
         f"\n{args.device}: right layer {layers}/{total}, right op {ops}/{total} "
         f"({harmless} harmless mutants drawn again; {seconds:.0f} s)"
+    )
+    print(
+        f"run-twice (assert_reproducible), {args.flaky} mutants whose op drifts "
+        "call by call: "
+        + ", ".join(f"{n} {outcome}" for outcome, n in sorted(flaky.items()))
     )
     print("goal: layer >= 48/50, op >= 45/50")
     return 0

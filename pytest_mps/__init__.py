@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_mps.assertions import assert_on_device, assert_same_device
     from pytest_mps.compile_checks import assert_no_graph_breaks, assert_no_recompiles
     from pytest_mps.parity.check import assert_device_parity
+    from pytest_mps.parity.twice import assert_reproducible
     from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
 # Imported on first use. host_sync's dependencies are plugin modules, which
@@ -30,6 +31,7 @@ _LAZY = {
     "assert_device_parity": "pytest_mps.parity.check",
     "assert_no_graph_breaks": "pytest_mps.compile_checks",
     "assert_no_recompiles": "pytest_mps.compile_checks",
+    "assert_reproducible": "pytest_mps.parity.twice",
     "HostSyncError": "pytest_mps.watch.host_sync",
     "forbid_host_sync": "pytest_mps.watch.host_sync",
 }
@@ -48,6 +50,7 @@ __all__ = [
     "assert_no_graph_breaks",
     "assert_no_recompiles",
     "assert_on_device",
+    "assert_reproducible",
     "assert_same_device",
     "forbid_host_sync",
 ]

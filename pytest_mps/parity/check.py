@@ -45,6 +45,7 @@ from pytest_mps.parity.run import (
     run,
     tf32_notes,
 )
+from pytest_mps.parity.twice import twice as run_twice
 from pytest_mps.watch.attribution import plugin_work
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ def _check(
     kwargs: Mapping[str, Any] | None = None,
     seed: int = 0,
     layouts: bool = False,
+    twice: bool = False,
 ) -> ParityReport:
     __tracebackhide__ = True
     import torch
@@ -162,7 +164,7 @@ def _check(
     with plugin_work():
         return _run_and_compare(
             where, plan, (ref, target), (reference_dtype, target_dtype), notes,
-            (rtol, atol), layouts,
+            (rtol, atol), layouts, twice,
         )  # fmt: skip
 
 
@@ -174,6 +176,7 @@ def _run_and_compare(
     notes: list[str],
     tolerances: tuple[float | None, float | None],
     layouts: bool,
+    twice: bool = False,
 ) -> ParityReport:
     __tracebackhide__ = True
     ref, target = devices
@@ -246,6 +249,10 @@ def _run_and_compare(
         lines += failure
     if lines:
         raise ParityError("\n".join([f"{where}: {lines[0]}", *lines[1:]]), report)
+    if twice:
+        lines, _ = run_twice(where, plan, target, (0.0, 0.0), dtypes[1])
+        if lines:
+            raise ParityError("\n".join(lines), report)
     return report
 
 
@@ -329,6 +336,7 @@ def assert_device_parity(
     kwargs: Mapping[str, Any] | None = None,
     seed: int = 0,
     layouts: bool = False,
+    twice: bool = False,
 ) -> ParityReport:
     """Assert that ``fn_or_module(*inputs)`` gives on ``device`` what it gives on CPU.
 
@@ -360,7 +368,13 @@ def assert_device_parity(
     each run with the contiguous one and the reference, and names the layout
     that differs (MPS kernels have returned wrong results on non-contiguous
     inputs: pytorch#124834, #118115). A ``device`` or ``reference`` this
-    machine lacks skips the test with the reason. The reference and the
+    machine lacks skips the test with the reason. ``twice=True`` then runs
+    the device side twice more and fails unless both runs agree bit for bit,
+    naming the first op whose outputs differ between them
+    (:func:`~pytest_mps.parity.twice.assert_reproducible`). On a failure the
+    device side runs again under recorders, and the message names the first
+    device op wrong on its own inputs and its layer (:mod:`.localize`). The
+    reference and the
     comparison are the plugin's own work: ``--mps-audit`` and the watchers see
     only the device side's forward, backward and optimizer steps.
     """
@@ -383,6 +397,7 @@ def assert_device_parity(
         kwargs=kwargs,
         seed=seed,
         layouts=layouts,
+        twice=twice,
     )
 
 

@@ -45,6 +45,19 @@ if TYPE_CHECKING:
 #: how many ops out of tolerance a localization keeps in full
 KEEP = 5
 
+#: ops that compute no values: aliases, and a storage handed to a tensor
+#: (``copy.deepcopy`` sets a fresh, not yet filled storage)
+_NO_VALUES = frozenset(
+    {
+        "aten.detach.default",
+        "aten.lift_fresh.default",
+        "aten.set_.source_Storage",
+        "aten.set_.source_Storage_storage_offset",
+        "aten.set_.source_Tensor",
+        "aten.set_.default",
+        "aten.resize_.default",
+    }
+)
 #: ops whose outputs are uninitialised memory: nothing to compare
 _UNINITIALISED = (
     "empty",
@@ -55,7 +68,7 @@ _UNINITIALISED = (
 )
 
 
-def _describe(name: str, t: torch.Tensor) -> str:
+def describe(name: str, t: torch.Tensor) -> str:
     layout = "contiguous" if t.is_contiguous() else "non-contiguous"
     return (
         f"{name}: {dtype_name(t.dtype)} {tuple(t.shape)} strides {tuple(t.stride())} "
@@ -63,7 +76,7 @@ def _describe(name: str, t: torch.Tensor) -> str:
     )
 
 
-def _to_host(value: Any) -> Any:
+def to_host(value: Any) -> Any:
     """A CPU copy of a device tensor with its strides, where they can be kept."""
     import torch
 
@@ -158,7 +171,7 @@ class Recorder:
         skip = (
             func.is_view
             or func.__name__.split(".")[0] in _UNINITIALISED
-            or name in ("aten.detach.default", "aten.lift_fresh.default")
+            or name in _NO_VALUES
         )
         if skip:
             return func(*args, **kwargs)
@@ -169,7 +182,7 @@ class Recorder:
             return func(*args, **kwargs)
         found.ops += 1
         with _disable_current_modes():
-            host_args, host_kwargs = _pytree.tree_map(_to_host, (args, kwargs))
+            host_args, host_kwargs = _pytree.tree_map(to_host, (args, kwargs))
         out = func(*args, **kwargs)
         with _disable_current_modes():
             self._judge(func, name, host_args, host_kwargs, out)
@@ -187,11 +200,9 @@ class Recorder:
         from torch.utils import _pytree
 
         found = self.found
-        inputs = [
-            _describe(n, t) for n, t in _named_inputs(func, host_args, host_kwargs)
-        ]
+        inputs = [describe(n, t) for n, t in named_inputs(func, host_args, host_kwargs)]
         device_out = [
-            _to_host(t) for t in _pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
+            to_host(t) for t in _pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
         ]
         if not device_out:
             return
@@ -230,15 +241,15 @@ class Recorder:
                         site=self.site(),
                         inputs=inputs,
                         diff=diff,
-                        output=_describe(label, d),
-                        device_value=_item(d, at),
-                        cpu_value=_item(c, at),
+                        output=describe(label, d),
+                        device_value=item(d, at),
+                        cpu_value=item(c, at),
                     )
                 )
             break
 
 
-def _named_inputs(
+def named_inputs(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> list[tuple[str, torch.Tensor]]:
     """The op's tensor arguments by their schema names (``self``, ``weight``)."""
@@ -263,7 +274,7 @@ def _named_inputs(
     return found
 
 
-def _item(t: torch.Tensor, at: tuple[int, ...]) -> float | complex:
+def item(t: torch.Tensor, at: tuple[int, ...]) -> float | complex:
     value = t[at] if at else t
     return complex(value) if t.is_complex() else float(value)
 
