@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_mps.assertions import assert_on_device, assert_same_device
     from pytest_mps.compile_checks import assert_no_graph_breaks, assert_no_recompiles
     from pytest_mps.parity.check import assert_device_parity
+    from pytest_mps.parity.replay import replay_bundle
     from pytest_mps.parity.twice import assert_reproducible
     from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
@@ -32,6 +33,7 @@ _LAZY = {
     "assert_no_graph_breaks": "pytest_mps.compile_checks",
     "assert_no_recompiles": "pytest_mps.compile_checks",
     "assert_reproducible": "pytest_mps.parity.twice",
+    "replay_bundle": "pytest_mps.parity.replay",
     "HostSyncError": "pytest_mps.watch.host_sync",
     "forbid_host_sync": "pytest_mps.watch.host_sync",
 }
@@ -53,5 +55,6 @@ __all__ = [
     "assert_reproducible",
     "assert_same_device",
     "forbid_host_sync",
+    "replay_bundle",
 ]
 __version__ = "0.1.0"

@@ -29,6 +29,7 @@ MODULES = (
     "pytest_mps.emulate.plugin",
     "pytest_mps.isolation.plugin",
     "pytest_mps.known_failures.plugin",
+    "pytest_mps.parity.plugin",
 )
 
 

@@ -83,6 +83,27 @@ def _module_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
     return device_hook
 
 
+def engine_gradients(hosts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Tag the gradients autograd's engine made; the host tensors left.
+
+    During a backward (autograd's engine runs a node; torch 2.6's
+    ``torch.autograd.backward`` never reaches this mode, so the node is the
+    sign), the engine's C++ kernels make gradients from CPU tensors,
+    untagged. The function mode (:mod:`.tagged`) never sees those kernels,
+    except when a dispatch mode (``FlopCounterMode``, a user's op logger, the
+    parity localizer) runs each aten op from Python: then the gradients meet
+    the device's saved tensors there. On a Mac they are device tensors.
+    0-dim host tensors stay (scalars, as anywhere).
+    """
+    kept = []
+    for h in hosts:
+        if h.device.type == "cpu" and h.dim() != 0:
+            tags.tag(h)
+        else:
+            kept.append(h)
+    return kept
+
+
 def install(patches: patching.Patches, mode: Callable[[], Any]) -> None:
     """Tag the gradients of custom Functions and module backward hooks.
 

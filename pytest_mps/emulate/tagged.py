@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 from pytest_mps.audit import kernels
 from pytest_mps.audit import rules as audit_rules
 from pytest_mps.emulate import (
+    backward,
     computed,
     messages,
     op_rules,
@@ -50,6 +51,9 @@ from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.watch import device_mix
 from pytest_mps.watch.device_mix import BUFFER_KERNELS
+
+_OP_OVERLOAD = torch._ops.OpOverload
+_current_node = torch._C._current_autograd_node
 
 Tensor = torch.Tensor
 MARK = tags.MARK
@@ -280,7 +284,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             if verdict is not None:
                 self.rules.apply(verdict, found[0])
         if hosts and type(func) is _OP_OVERLOAD and _current_node() is not None:
-            hosts = _engine_gradients(hosts)
+            hosts = backward.engine_gradients(hosts)
         if hosts:
             self._check_hosts(func, name, args, kwargs, hosts)
         if generator is not None and type(generator) is not EmulatedGenerator:
@@ -422,31 +426,6 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
-
-
-_OP_OVERLOAD = torch._ops.OpOverload
-_current_node = torch._C._current_autograd_node
-
-
-def _engine_gradients(hosts: list[Tensor]) -> list[Tensor]:
-    """Tag the gradients autograd's engine made; the host tensors left.
-
-    During a backward (autograd's engine runs a node; torch 2.6's
-    ``torch.autograd.backward`` never reaches this mode, so the node is the
-    sign), the engine's C++ kernels make gradients from CPU tensors,
-    untagged. This mode never sees those kernels, except when a dispatch mode
-    (``FlopCounterMode``, a user's op logger, the parity localizer) runs each
-    aten op from Python: then the gradients meet the device's saved tensors
-    here. On a Mac they are device tensors. 0-dim host tensors stay (scalars,
-    as anywhere).
-    """
-    kept = []
-    for h in hosts:
-        if h.device.type == "cpu" and h.dim() != 0:
-            tags.tag(h)
-        else:
-            kept.append(h)
-    return kept
 
 
 def _property(owner: type, name: str) -> Any:

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pytest_mps.assertions import argument_names, named_leaves
+from pytest_mps.parity import settings
 from pytest_mps.parity.arguments import device_named, simple, validate
 from pytest_mps.parity.compare import (
     MAX_ROWS,
@@ -26,8 +27,6 @@ from pytest_mps.parity.compare import (
     table,
 )
 from pytest_mps.parity.findings import Localization
-from pytest_mps.parity.layers import LayerRecorder, first_wrong_layer
-from pytest_mps.parity.layers import recording as layer_recording
 from pytest_mps.parity.layouts import (
     Layout,
     fitting,
@@ -35,7 +34,7 @@ from pytest_mps.parity.layouts import (
     layout_failure,
     layouts_note,
 )
-from pytest_mps.parity.localize import localize
+from pytest_mps.parity.localize import localized
 from pytest_mps.parity.run import (
     Plan,
     Run,
@@ -66,6 +65,8 @@ class ParityReport:
     layouts: dict[str, list[LeafDiff]] = dataclasses.field(default_factory=dict)
     #: on failure: the first device op out of tolerance on its own inputs
     localization: Localization | None = None
+    #: the reference's and the device's runs, every leaf on the host
+    runs: tuple[Run, Run] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def failed(self) -> list[LeafDiff]:
@@ -162,10 +163,29 @@ def _check(
     # the plugin's own work: the reference, the copies, the comparison; the
     # device side's calls into the user's code are the user's (parity.run)
     with plugin_work():
-        return _run_and_compare(
-            where, plan, (ref, target), (reference_dtype, target_dtype), notes,
-            (rtol, atol), layouts, twice,
-        )  # fmt: skip
+        try:
+            return _run_and_compare(
+                where, plan, (ref, target), (reference_dtype, target_dtype), notes,
+                (rtol, atol), layouts, twice,
+            )  # fmt: skip
+        except ParityError as error:
+            if not settings.wanted():
+                raise
+            from pytest_mps.parity import bundle
+
+            options: dict[str, Any] = {
+                "names": names, "grads": grads, "steps": steps, "rtol": rtol,
+                "atol": atol,
+                "reference_dtype": reference_dtype, "train": train, "seed": seed,
+                "layouts": layouts, "twice": twice, "kwargs": kwargs,
+                **({"optimizer": optimizer} if optimizer is not None else {}),
+            }  # fmt: skip
+            lines = bundle.on_failure(
+                fn_or_module, inputs, options, error.report.runs, (ref, target), where
+            )
+            if lines:
+                error.args = ("\n".join([str(error), *lines]),)
+            raise
 
 
 def _run_and_compare(
@@ -208,11 +228,12 @@ def _run_and_compare(
             f"structure on {sides[0]} and {sides[1]}:\n  " + "\n  ".join(problems)
         )
     report = ParityReport(str(ref), str(target), diffs, notes)
+    report.runs = (reference_run, target_run)
     failed = report.failed
     if failed:
         shown = failed[:MAX_ROWS]
         more = len(failed) - len(shown)
-        found, where_lines = _localized(plan, devices, dtypes, tolerances, target_run)
+        found, where_lines = localized(plan, devices, dtypes, tolerances, target_run)
         report.localization = found
         raise ParityError(
             "\n".join(
@@ -241,7 +262,7 @@ def _run_and_compare(
             layout, target, against_run, against_ref, odd + odd_ref
         )
         if failure and report.localization is None:
-            found, where_lines = _localized(
+            found, where_lines = localized(
                 laid_out(plan, layout), devices, dtypes, tolerances, variant
             )
             report.localization = found
@@ -254,50 +275,6 @@ def _run_and_compare(
         if lines:
             raise ParityError("\n".join(lines), report)
     return report
-
-
-def _localized(
-    plan: Plan,
-    devices: tuple[torch.device, torch.device],
-    dtypes: tuple[torch.dtype | None, torch.dtype | None],
-    tolerances: tuple[float | None, float | None],
-    first: Run,
-) -> tuple[Localization | None, list[str]]:
-    """Both sides once more, each device op replayed on the CPU: the report's lines.
-
-    Only a failing check comes here. Both sides run under module hooks
-    (:mod:`.layers`), the device side under the op replay too
-    (:mod:`.localize`). The rerun's leaves are compared with the ``first``
-    run's: a device that answers the same inputs differently twice is named
-    (pytorch#180776). A failure of the localization itself is a line of the
-    report, never a second error hiding the first.
-    """
-    ref, target = devices
-    try:
-        with rng_restored([ref, target]):
-            reference_layers = LayerRecorder(plan.name)
-            with layer_recording(reference_layers):
-                run(plan, ref, dtypes[0], checked=False)
-            device_layers = LayerRecorder(plan.name)
-            with layer_recording(device_layers):
-                found, again = localize(
-                    lambda: run(plan, target, dtypes[1], checked=False),
-                    str(target),
-                    plan.name,
-                    tolerances,
-                )
-        found.layer = first_wrong_layer(
-            reference_layers, device_layers, target.type, tolerances
-        )
-        sides = (f"the first run ({target})", f"the rerun ({target})")
-        diffs, _, _ = compare_runs(first, again, target, sides, False, tolerances)
-        found.rerun_differs = [d.path for d in diffs if not d.ok]
-    except Exception as exc:  # the parity failure is the news; this is a footnote
-        text = str(exc).strip().splitlines()
-        return None, [
-            f"localization failed: {type(exc).__name__}: {text[0] if text else ''}"
-        ]
-    return found, found.lines()
 
 
 def _run_layout(

@@ -33,10 +33,17 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pytest_mps.parity.compare import compare, default_tolerance, dtype_name
+from pytest_mps.parity.compare import (
+    compare,
+    compare_runs,
+    default_tolerance,
+    dtype_name,
+)
 from pytest_mps.parity.equivalents import CPU_EQUIVALENTS
 from pytest_mps.parity.findings import Localization, Site, WrongOp
-from pytest_mps.parity.layers import Names
+from pytest_mps.parity.layers import LayerRecorder, Names, first_wrong_layer
+from pytest_mps.parity.layers import recording as layer_recording
+from pytest_mps.parity.run import Plan, Run, rng_restored, run
 from pytest_mps.watch.locations import relative_location, user_location
 
 if TYPE_CHECKING:
@@ -330,3 +337,47 @@ def localize(
     with recording(recorder):
         result = execute()
     return recorder.found, result
+
+
+def localized(
+    plan: Plan,
+    devices: tuple[torch.device, torch.device],
+    dtypes: tuple[torch.dtype | None, torch.dtype | None],
+    tolerances: tuple[float | None, float | None],
+    first: Run,
+) -> tuple[Localization | None, list[str]]:
+    """Both sides once more, each device op replayed on the CPU: the report's lines.
+
+    Only a failing check comes here. Both sides run under module hooks
+    (:mod:`.layers`), the device side under the op replay too
+    (:mod:`.localize`). The rerun's leaves are compared with the ``first``
+    run's: a device that answers the same inputs differently twice is named
+    (pytorch#180776). A failure of the localization itself is a line of the
+    report, never a second error hiding the first.
+    """
+    ref, target = devices
+    try:
+        with rng_restored([ref, target]):
+            reference_layers = LayerRecorder(plan.name)
+            with layer_recording(reference_layers):
+                run(plan, ref, dtypes[0], checked=False)
+            device_layers = LayerRecorder(plan.name)
+            with layer_recording(device_layers):
+                found, again = localize(
+                    lambda: run(plan, target, dtypes[1], checked=False),
+                    str(target),
+                    plan.name,
+                    tolerances,
+                )
+        found.layer = first_wrong_layer(
+            reference_layers, device_layers, target.type, tolerances
+        )
+        sides = (f"the first run ({target})", f"the rerun ({target})")
+        diffs, _, _ = compare_runs(first, again, target, sides, False, tolerances)
+        found.rerun_differs = [d.path for d in diffs if not d.ok]
+    except Exception as exc:  # the parity failure is the news; this is a footnote
+        text = str(exc).strip().splitlines()
+        return None, [
+            f"localization failed: {type(exc).__name__}: {text[0] if text else ''}"
+        ]
+    return found, found.lines()
