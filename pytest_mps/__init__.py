@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from pytest_mps.parity.check import assert_device_parity
     from pytest_mps.parity.replay import replay_bundle
     from pytest_mps.parity.twice import assert_reproducible
+    from pytest_mps.training import (
+        assert_accumulation_matches,
+        assert_autocast_close,
+        assert_resume_matches,
+    )
     from pytest_mps.watch.host_sync import HostSyncError, forbid_host_sync
 
 # Imported on first use. host_sync's dependencies are plugin modules, which
@@ -34,6 +39,9 @@ _LAZY = {
     "assert_no_recompiles": "pytest_mps.compile_checks",
     "assert_reproducible": "pytest_mps.parity.twice",
     "replay_bundle": "pytest_mps.parity.replay",
+    "assert_accumulation_matches": "pytest_mps.training",
+    "assert_autocast_close": "pytest_mps.training",
+    "assert_resume_matches": "pytest_mps.training",
     "HostSyncError": "pytest_mps.watch.host_sync",
     "forbid_host_sync": "pytest_mps.watch.host_sync",
 }
@@ -48,11 +56,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "HostSyncError",
+    "assert_accumulation_matches",
+    "assert_autocast_close",
     "assert_device_parity",
     "assert_no_graph_breaks",
     "assert_no_recompiles",
     "assert_on_device",
     "assert_reproducible",
+    "assert_resume_matches",
     "assert_same_device",
     "forbid_host_sync",
     "replay_bundle",
