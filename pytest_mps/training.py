@@ -103,10 +103,29 @@ def _compare(
     expected: Any,
     actual: Any,
     tolerances: tuple[float, float],
+    ignore: tuple[str, ...] = (),
 ) -> None:
     __tracebackhide__ = True
-    left = dict(_leaves(expected, "state"))
-    right = dict(_leaves(actual, "state"))
+    from pytest_mps.watch.attribution import plugin_work
+
+    # the comparison (float64, copies to the host) is the plugin's own work:
+    # the audit and the watchers judge the user's training code only
+    with plugin_work():
+        _compare_leaves(where, what, expected, actual, tolerances, ignore)
+
+
+def _compare_leaves(
+    where: str,
+    what: tuple[str, str],
+    expected: Any,
+    actual: Any,
+    tolerances: tuple[float, float],
+    ignore: tuple[str, ...],
+) -> None:
+    __tracebackhide__ = True
+    skipped = tuple(f"state[{key!r}]" for key in ignore)
+    left = {p: v for p, v in _leaves(expected, "state") if not p.startswith(skipped)}
+    right = {p: v for p, v in _leaves(actual, "state") if not p.startswith(skipped)}
     # (order, text): counts and settings first (a step count, a scheduler's
     # last_epoch say most), then tensors, each by path
     found: list[tuple[int, str]] = []
@@ -166,10 +185,13 @@ def _checkpointed(state: Any) -> Any:
     """
     import torch
 
+    from pytest_mps.watch.attribution import plugin_work
+
     buffer = io.BytesIO()
-    torch.save(_as_state(state), buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=False)
+    with plugin_work():
+        torch.save(_as_state(state), buffer)
+        buffer.seek(0)
+        return torch.load(buffer, weights_only=False)
 
 
 def _tolerances(where: str, rtol: float, atol: float) -> tuple[float, float]:
@@ -186,6 +208,7 @@ def assert_resume_matches(
     resume_at: int = 3,
     rtol: float = 0.0,
     atol: float = 0.0,
+    ignore: tuple[str, ...] = (),
 ) -> None:
     """Assert that training resumed from a checkpoint is the run it resumed.
 
@@ -197,7 +220,9 @@ def assert_resume_matches(
     ``train(steps, None)``, then ``train(resume_at, None)``, saves that state
     through ``torch.save`` / ``torch.load`` and runs
     ``train(steps - resume_at, loaded)``; the two final states must agree,
-    bit for bit by default. The failure names each leaf that differs.
+    bit for bit by default. ``ignore`` names keys of a dict state left out of
+    the comparison (a run's clock, its evaluation history). The failure names
+    each leaf that differs.
     """
     __tracebackhide__ = True
     where = "assert_resume_matches"
@@ -220,6 +245,7 @@ def assert_resume_matches(
         whole,
         resumed,
         tolerances,
+        tuple(ignore),
     )
 
 

@@ -74,6 +74,7 @@ TEST_FILES = (
     "test_sample_cli.py",
     "test_tokenizers.py",
     "test_train.py",
+    "test_training_equivalence.py",
 )
 TOP_FILES = (".gitignore", "LICENSE", "README.md", "pyproject.toml")
 WORKFLOW = ".github/workflows/ci.yml"
