@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_mps.assertions import argument_names, named_leaves
 from pytest_mps.parity import settings
-from pytest_mps.parity.arguments import device_named, simple, validate
+from pytest_mps.parity.arguments import device_named, validate
 from pytest_mps.parity.compare import (
     MAX_ROWS,
     LeafDiff,
@@ -39,6 +39,7 @@ from pytest_mps.parity.run import (
     Plan,
     Run,
     float64_in,
+    make_plan,
     mode_notes,
     rng_restored,
     run,
@@ -127,8 +128,6 @@ def _check(
             "MPS holds no float64; keep the reference on the CPU"
         )
     is_module = isinstance(fn_or_module, torch.nn.Module)
-    name = names[0] if simple(names[0]) else ("model" if is_module else "fn")
-    input_names = [n if simple(n) else f"inputs[{i}]" for i, n in enumerate(names[1:])]
     notes: list[str] = []
     target_dtype = None
     if target.type == "mps" and float64_in(fn_or_module, inputs, kwargs):
@@ -148,18 +147,10 @@ def _check(
     if steps:
         how = "SGD(lr=0.1)" if optimizer is None else "the given optimizer"
         notes.append(f"{steps} optimizer step{'s' if steps > 1 else ''} with {how}")
-    plan = Plan(
-        fn=fn_or_module,
-        name=name,
-        inputs=inputs,
-        input_names=input_names,
-        kwargs=dict(kwargs or {}),
-        train=train,
-        grads=grads,
-        steps=steps,
-        optimizer=optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)),
-        seed=seed,
-    )
+    plan = make_plan(
+        fn_or_module, names, inputs, kwargs, train=train, grads=grads,
+        steps=steps, optimizer=optimizer, seed=seed,
+    )  # fmt: skip
     # the plugin's own work: the reference, the copies, the comparison; the
     # device side's calls into the user's code are the user's (parity.run)
     with plugin_work():

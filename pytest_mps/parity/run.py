@@ -58,6 +58,44 @@ class Plan:
     memory_format: Any = None
 
 
+def make_plan(
+    fn: Any,
+    names: list[str],
+    inputs: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    *,
+    train: bool | None,
+    grads: bool,
+    steps: int,
+    optimizer: Callable[[list[Any]], Any] | None,
+    seed: int,
+) -> Plan:
+    """The plan of a call; ``names`` are the call site's argument texts.
+
+    A name that is not a plain path (``make()``, ``x[0] + 1``) becomes
+    ``model``/``fn`` or ``inputs[i]``; no optimizer is ``SGD(lr=0.1)``.
+    """
+    import torch
+
+    from pytest_mps.parity.arguments import simple
+
+    is_module = isinstance(fn, torch.nn.Module)
+    return Plan(
+        fn=fn,
+        name=names[0] if simple(names[0]) else ("model" if is_module else "fn"),
+        inputs=inputs,
+        input_names=[
+            n if simple(n) else f"inputs[{i}]" for i, n in enumerate(names[1:])
+        ],
+        kwargs=dict(kwargs or {}),
+        train=train,
+        grads=grads,
+        steps=steps,
+        optimizer=optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)),
+        seed=seed,
+    )
+
+
 def _map(obj: Any, fn: Callable[[Any], Any]) -> Any:
     """``obj`` with every tensor replaced by ``fn(tensor)``, containers rebuilt."""
     import torch

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_mps.assertions import argument_names
-from pytest_mps.parity.arguments import device_named, simple, validate
+from pytest_mps.parity.arguments import device_named, validate
 from pytest_mps.parity.compare import compare, compare_runs, dtype_name
 from pytest_mps.parity.findings import Localization, WrongOp
 from pytest_mps.parity.layers import Names
@@ -30,7 +30,7 @@ from pytest_mps.parity.localize import (
     recording,
     to_host,
 )
-from pytest_mps.parity.run import Plan, rng_restored, run
+from pytest_mps.parity.run import Plan, make_plan, rng_restored, run
 from pytest_mps.watch.attribution import plugin_work
 
 if TYPE_CHECKING:
@@ -205,29 +205,16 @@ def assert_reproducible(
     worst element.
     """
     __tracebackhide__ = True
-    import torch
 
     where = "assert_reproducible"
     frame = inspect.currentframe()
     names = argument_names(frame.f_back if frame else None, where, 1 + len(inputs))
     validate(where, fn_or_module, steps, grads, (rtol, atol), None, train, kwargs)
     target = device_named(where, device, "device")
-    is_module = isinstance(fn_or_module, torch.nn.Module)
-    name = names[0] if simple(names[0]) else ("model" if is_module else "fn")
-    plan = Plan(
-        fn=fn_or_module,
-        name=name,
-        inputs=inputs,
-        input_names=[
-            n if simple(n) else f"inputs[{i}]" for i, n in enumerate(names[1:])
-        ],
-        kwargs=dict(kwargs or {}),
-        train=train,
-        grads=grads,
-        steps=steps,
-        optimizer=optimizer or (lambda params: torch.optim.SGD(params, lr=0.1)),
-        seed=seed,
-    )
+    plan = make_plan(
+        fn_or_module, names, inputs, kwargs, train=train, grads=grads,
+        steps=steps, optimizer=optimizer, seed=seed,
+    )  # fmt: skip
     lines, differs = twice(where, plan, target, (float(rtol), float(atol)))
     if lines:
         raise NotReproducible("\n".join(lines), differs)
