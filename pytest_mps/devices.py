@@ -129,11 +129,23 @@ def emulated(config: pytest.Config) -> bool:
     if value is None:
         value = getattr(config.known_args_namespace, "mps_emulate", None)
     if value is None:
-        try:
-            value = config.getini("mps_emulate")
-        except ValueError:  # the emulate family is blocked (-p no:...)
-            value = False
+        value = ini_flag(config, "mps_emulate")
     return bool(value)
+
+
+def ini_flag(config: pytest.Config, name: str) -> bool:
+    """A boolean ini setting; a value that is not one is a usage error naming it.
+
+    An unregistered key (its family blocked with ``-p no:...``) reads False.
+    """
+    try:
+        return bool(config.getini(name))
+    except (ValueError, pytest.UsageError) as exc:  # pytest 9 raises the latter
+        if "unknown configuration value" in str(exc):
+            return False
+        raise pytest.UsageError(
+            f"ini option {name} in {config.inipath}: {exc}; use true or false"
+        ) from None
 
 
 def check_usable(device: str, where: str) -> None:

@@ -75,6 +75,8 @@ INI_NAMES = (
     "mps_isolate_start",
     "mps_timeout",
     "mps_known_failures",
+    "mps_parity_bundle",
+    "mps_parity_fresh",
 )
 
 GROUP = "mps"

@@ -41,6 +41,53 @@ def test_the_emulate_ini_settings_alone_are_defaults_and_stay_quiet(
     assert "pytest-mps emulate" not in result.stdout.str()
 
 
+@pytest.mark.parametrize(
+    ("ini", "message"),
+    [
+        (
+            "mps_emulate_memory = lots",
+            "ERROR: ini option mps_emulate_memory in */tox.ini: 'lots' is not *",
+        ),
+        (
+            "mps_emulate_macos = abc",
+            "ERROR: ini option mps_emulate_macos in */tox.ini: 'abc' is not a macOS "
+            "version (like 14.4 or 15)",
+        ),
+        (
+            "mps_emulate = maybe",
+            "ERROR: ini option mps_emulate in */tox.ini: invalid truth value 'maybe'; "
+            "use true or false",
+        ),
+    ],
+)
+def test_a_bad_emulate_ini_value_is_one_line_naming_the_key_and_file(
+    pytester: pytest.Pytester, ini: str, message: str
+) -> None:
+    # refused even while the emulation is off: it is named the day it is
+    # written, not the day someone passes --mps-emulate
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_one=ONE)
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert len([line for line in result.stderr.lines if line.strip()]) == 1
+
+
+@pytest.mark.parametrize("value", ["27", "99", "30.1"])
+def test_a_macos_newer_than_any_known_is_refused_not_taken_as_the_newest(
+    pytester: pytest.Pytester, value: str
+) -> None:
+    pytester.makepyfile(test_one=ONE)
+    result = pytester.runpytest("--mps-emulate", f"--mps-emulate-macos={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --mps-emulate-macos: '{value}' is newer than any macOS known "
+            "here (known: *, 26); give 'newest' for the newest"
+        ]
+    )
+
+
 def test_the_header_names_the_emulated_mac_and_what_fails_a_test(
     pytester: pytest.Pytester,
 ) -> None:

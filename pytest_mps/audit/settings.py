@@ -54,8 +54,13 @@ def parse_macos(value: str, where: str) -> tuple[int, int]:
     if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
         raise ValueError(f"{where}: {value!r} is not a macOS version (like 14.4 or 15)")
     major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    if major not in MACOS_MAJORS and major < max(MACOS_MAJORS):
-        known = ", ".join(str(m) for m in MACOS_MAJORS)
+    known = ", ".join(str(m) for m in MACOS_MAJORS)
+    if major > max(MACOS_MAJORS):
+        raise ValueError(
+            f"{where}: {value!r} is newer than any macOS known here (known: "
+            f"{known}); give 'newest' for the newest"
+        )
+    if major not in MACOS_MAJORS:
         raise ValueError(f"{where}: {value!r} is not a macOS version (known: {known})")
     if (major, minor) < (12, 3):
         raise ValueError(f"{where}: {value!r}: MPS needs macOS 12.3 or newer")

@@ -103,7 +103,9 @@ def wanted(config: pytest.Config) -> bool:
     if value is None:
         value = getattr(config.known_args_namespace, "mps_emulate", None)
     if value is None:
-        value = config.getini("mps_emulate")
+        from pytest_mps.devices import ini_flag
+
+        value = ini_flag(config, "mps_emulate")
     return bool(value)
 
 
@@ -211,6 +213,12 @@ def _refuse_lone_options(config: pytest.Config) -> None:
                 f"{flag} needs --mps-emulate: without it nothing is emulated "
                 "and the run would not be the Mac it names"
             )
+    # the ini defaults wait for a run that asks for the emulation; a bad one
+    # is named now, not on the day someone passes --mps-emulate
+    if config.getini("mps_emulate_macos"):
+        _macos(config)
+    if config.getini("mps_emulate_memory"):
+        _memory(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

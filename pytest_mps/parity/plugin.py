@@ -58,7 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
             folder = str(config.rootpath / folder)
     flag = config.getoption("mps_parity_fresh", None)
     if flag is None:
-        flag = bool(config.getini("mps_parity_fresh"))
+        from pytest_mps.devices import ini_flag
+
+        flag = ini_flag(config, "mps_parity_fresh")
     settings.directory[0] = Path(folder).resolve() if folder else None
     settings.fresh[0] = bool(flag)
 
