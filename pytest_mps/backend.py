@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 #: First macOS release with MPS support (PyTorch's "Getting started on Mac").
 MIN_MACOS = (12, 3)
@@ -139,6 +140,130 @@ def gpu_core_count() -> int | None:
             if tail.isdigit():
                 return int(tail)
     return None
+
+
+class MacFacts(NamedTuple):
+    """What macOS and Metal say about this Mac; None where a read fails.
+
+    Sizes in bytes. ``working_set`` is Metal's ``recommendedMaxWorkingSetSize``
+    (what ``torch.mps.recommended_max_memory()`` returns), ``max_buffer`` its
+    ``maxBufferLength`` (the largest single buffer: PyTorch's allocator refuses
+    a larger one with "Invalid buffer size").
+    """
+
+    macos: str | None
+    #: ``sysctl kern.osversion``: ``"24F74"``
+    build: str | None
+    #: ``sysctl hw.model``: ``"Mac14,10"``; ``"VirtualMac2,1"`` in a VM
+    model: str | None
+    #: ``sysctl machdep.cpu.brand_string``: ``"Apple M1 (Virtual)"`` in a VM
+    chip: str | None
+    #: ``sysctl kern.hv_vmm_present``: True inside a virtual machine
+    vmm: bool | None
+    #: ``sysctl hw.memsize``
+    memory: int | None
+    #: the Metal device's name: ``"Apple M2 Pro"``, ``"Apple Paravirtual device"``
+    gpu: str | None
+    gpu_cores: int | None
+    working_set: int | None
+    max_buffer: int | None
+    #: the frameworks' bundle versions, where their plists can be read
+    metal: str | None
+    mpsgraph: str | None
+
+
+FRAMEWORKS = Path("/System/Library/Frameworks")
+
+
+def framework_version(name: str, root: Path = FRAMEWORKS) -> str | None:
+    """A macOS framework's version from its bundle plist (``"368.12"``), or None.
+
+    Reads ``<root>/<name>.framework/Resources/version.plist``, then its
+    ``Info.plist``: ``CFBundleShortVersionString``, with ``CFBundleVersion``
+    in parentheses where they differ.
+    """
+    import plistlib
+
+    for leaf in ("version.plist", "Info.plist"):
+        path = root / f"{name}.framework" / "Resources" / leaf
+        try:
+            with path.open("rb") as handle:
+                data = plistlib.load(handle)
+        except (OSError, plistlib.InvalidFileException, ValueError):
+            continue
+        short = data.get("CFBundleShortVersionString")
+        build = data.get("CFBundleVersion") or data.get("ProjectVersion")
+        if short and build and str(build) != str(short):
+            return f"{short} ({build})"
+        if short or build:
+            return str(short or build)
+    return None
+
+
+def _metal_device() -> dict[str, Any]:
+    """The default Metal device's name and limits, through the Objective-C runtime.
+
+    ctypes only (no PyObjC): ``MTLCreateSystemDefaultDevice`` then one
+    ``objc_msgSend`` per property, each cast to its own signature (arm64
+    needs that). Empty where anything fails.
+    """
+    import ctypes
+
+    try:
+        objc = ctypes.cdll.LoadLibrary("/usr/lib/libobjc.A.dylib")
+        metal = ctypes.cdll.LoadLibrary(str(FRAMEWORKS / "Metal.framework" / "Metal"))
+        metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
+        device = metal.MTLCreateSystemDefaultDevice()
+        if not device:
+            return {}
+        objc.sel_registerName.restype = ctypes.c_void_p
+        objc.sel_registerName.argtypes = [ctypes.c_char_p]
+        address = ctypes.cast(objc.objc_msgSend, ctypes.c_void_p).value
+        if address is None:
+            return {}
+
+        def send(obj: int, selector: bytes, restype: Any) -> Any:
+            call = ctypes.CFUNCTYPE(restype, ctypes.c_void_p, ctypes.c_void_p)(address)
+            return call(obj, objc.sel_registerName(selector))
+
+        name = send(device, b"name", ctypes.c_void_p)
+        text = send(name, b"UTF8String", ctypes.c_char_p) if name else None
+        return {
+            "gpu": text.decode("utf-8", "replace") if text else None,
+            "working_set": int(
+                send(device, b"recommendedMaxWorkingSetSize", ctypes.c_uint64)
+            ),
+            "max_buffer": int(send(device, b"maxBufferLength", ctypes.c_uint64)),
+        }
+    except (OSError, AttributeError, ValueError, TypeError):
+        return {}
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.strip().isdigit() else None
+
+
+@lru_cache(maxsize=1)
+def mac_facts() -> MacFacts | None:
+    """The :class:`MacFacts` of the Mac this runs on (read once); None off macOS."""
+    if sys.platform != "darwin":
+        return None
+    metal = _metal_device()
+    vmm = _sysctl("kern.hv_vmm_present")
+    return MacFacts(
+        macos=macos_version(),
+        build=_sysctl("kern.osversion"),
+        model=_sysctl("hw.model"),
+        chip=chip_name(),
+        vmm=None if vmm is None else vmm.strip() == "1",
+        memory=_int(_sysctl("hw.memsize")),
+        gpu=metal.get("gpu"),
+        gpu_cores=gpu_core_count(),
+        working_set=metal.get("working_set"),
+        max_buffer=metal.get("max_buffer"),
+        metal=framework_version("Metal"),
+        mpsgraph=framework_version("MetalPerformanceShadersGraph"),
+    )
 
 
 def synchronize() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import re
 import sys
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -28,17 +27,12 @@ KNOWN_VARIABLES = (
     "PYTORCH_DEBUG_MPS_ALLOCATOR",
 )
 
-# strtod() reads the longest numeric prefix and gives 0.0 when there is none.
-_STRTOD_PREFIX = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def _strtod(text: str) -> float:
-    match = _STRTOD_PREFIX.match(text)
-    return float(match.group(0)) if match else 0.0
-
 
 def variable_warnings(env: Mapping[str, str]) -> list[str]:
     """Warnings for MPS variables that do nothing or harm, as PyTorch reads them."""
+    from pytest_mps.machine.fingerprint import STRTOD_PREFIX as _STRTOD_PREFIX
+    from pytest_mps.machine.fingerprint import strtod as _strtod
+
     found: list[str] = []
     for name in sorted(env):
         if not (name.startswith("PYTORCH_MPS_") or name in KNOWN_VARIABLES):
@@ -176,6 +170,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = read_environment(config, chip="mps" in chosen or verbose).header()
     if yielded:
         lines[0] += f"; {yielded}"
+    from pytest_mps.machine.plugin import fingerprint
+
+    lines.insert(1, f"pytest-mps machine: {fingerprint(config).line()}")
     return lines
 
 

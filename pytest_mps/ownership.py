@@ -47,6 +47,7 @@ INI_NAMES = (
     "mps_audit_ignore",
     "mps_benchmark_autosave",
     "mps_benchmark_compare_fail",
+    "mps_benchmark_compare_machine",
     "mps_benchmark_devices",
     "mps_benchmark_storage",
     "mps_benchmark_min_time",

@@ -23,6 +23,7 @@ MODULES = (
     "pytest_mps.environment",
     "pytest_mps.seeding",
     "pytest_mps.report",
+    "pytest_mps.machine.plugin",
     "pytest_mps.benchmark.plugin",
     "pytest_mps.watch.plugin",
     "pytest_mps.audit.plugin",

@@ -86,10 +86,13 @@ def _meta(config: pytest.Config) -> dict[str, Any]:
         version = importlib.metadata.version("pytest-mps")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover
         version = None
+    from pytest_mps.machine.plugin import fingerprint
+
     return {
         "version": version,
         "torch": getattr(torch, "__version__", None),
         "devices": devices,
+        "machine": fingerprint(config).as_dict(),
     }
 
 

@@ -130,3 +130,30 @@ def load_baseline(path: Path, key: str) -> tuple[dict[str, Any], str | None]:
             f"; this one is {key}): the comparison mixes hardware"
         )
     return doc, warning
+
+
+def machine_differences(
+    doc: dict[str, Any], base_doc: dict[str, Any], path: Path
+) -> str | None:
+    """What differs between the two runs' machine fingerprints, or None.
+
+    One line naming each field that differs (``os_build 24F74 -> 25A354``),
+    or saying that the baseline has no fingerprint to compare.
+    """
+    from pytest_mps.machine.fingerprint import differences
+
+    where = _describe(path, path.parent)
+    mine = (doc.get("machine_info") or {}).get("fingerprint")
+    theirs = (base_doc.get("machine_info") or {}).get("fingerprint")
+    if mine is None:
+        return None
+    if not isinstance(theirs, dict):
+        return (
+            f"baseline {where} has no machine fingerprint (saved before "
+            "pytest-mps recorded one): whether the OS build, chip or torch "
+            "changed cannot be told; save a new baseline"
+        )
+    found = differences(mine, theirs)
+    if not found:
+        return None
+    return f"baseline {where} ran on another machine setup ({'; '.join(found)})"

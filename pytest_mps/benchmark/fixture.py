@@ -14,9 +14,9 @@ from pytest_mps.benchmark.lock import measuring
 from pytest_mps.benchmark.options import PROPERTY, Settings
 from pytest_mps.benchmark.probe import hardware, make_probe, release_memory
 from pytest_mps.benchmark.stats import Stats
-from pytest_mps.benchmark.storage import cpu_name
 from pytest_mps.benchmark.timer import Probe, Result, measure, time_block
 from pytest_mps.devices import emulated
+from pytest_mps.machine.fingerprint import cpu_name
 
 #: The most per-round times a result carries into reports and files.
 MAX_DATA = 10_000

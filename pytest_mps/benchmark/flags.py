@@ -93,6 +93,12 @@ COMPARE_REV_HELP = (
 COMPARE_PROCESSES_HELP = (
     "pairs of processes for --mps-benchmark-compare-rev (default 7, at least 5)."
 )
+COMPARE_MACHINE_HELP = (
+    "when the baseline's machine fingerprint differs from this run's in OS "
+    "version or build, chip, GPU, Metal or MPSGraph, virtual or not, torch or "
+    "its build: warn (the default: name the fields) or refuse (no comparison; "
+    "the run exits with a usage error)."
+)
 CPROFILE_HELP = (
     "profile each benchmarked function once more after timing it (cProfile) and "
     "save its 25 top functions by this column into the JSON: "
@@ -129,6 +135,7 @@ _VALUED: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "--mps-benchmark-cprofile": (o.parse_cprofile_column, CPROFILE_HELP),
     "--mps-benchmark-compare-rev": (o.parse_rev, COMPARE_REV_HELP),
     "--mps-benchmark-compare-processes": (_processes, COMPARE_PROCESSES_HELP),
+    "--mps-benchmark-compare-machine": (o.parse_compare_machine, COMPARE_MACHINE_HELP),
 }
 # flag -> help; store_true flags with a boolean ini twin.
 _SWITCHES = {
@@ -315,4 +322,8 @@ def read_options(config: pytest.Config) -> o.BenchmarkOptions:
             config, "mps_benchmark_compare_processes", _processes
         )
         or o.COMPARE_PROCESSES,
+        compare_machine=_setting(
+            config, "mps_benchmark_compare_machine", o.parse_compare_machine
+        )
+        or "warn",
     )

@@ -130,6 +130,8 @@ class BenchmarkOptions(NamedTuple):
     #: A git revision to measure beside this tree in alternating processes.
     compare_rev: str | None = None
     compare_processes: int = COMPARE_PROCESSES
+    #: "warn" or "refuse" when the baseline's machine fingerprint differs.
+    compare_machine: str = "warn"
 
 
 # -- values -----------------------------------------------------------------------
@@ -144,6 +146,13 @@ CPROFILE_COLUMNS = (
     "cumtime_per",
     "function_name",
 )
+
+
+def parse_compare_machine(value: str, where: str) -> str:
+    """``warn`` or ``refuse``; ValueError naming ``where`` otherwise."""
+    if value.strip() not in ("warn", "refuse"):
+        raise ValueError(f"{where}: {value!r} is not one of: warn, refuse")
+    return value.strip()
 
 
 def parse_rev(value: str, where: str) -> str:

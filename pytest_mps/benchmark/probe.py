@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from pytest_mps import accelerator, backend
-from pytest_mps.benchmark.storage import cpu_name
 from pytest_mps.benchmark.timer import Probe
 from pytest_mps.devices import emulated
+from pytest_mps.machine.fingerprint import cpu_name
 
 
 def make_probe(config: pytest.Config, devices: list[str]) -> Probe:

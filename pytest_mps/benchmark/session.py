@@ -84,7 +84,14 @@ class BenchmarkSession:
 
         doc: dict[str, Any] | None = None
         if opts.json or opts.save or opts.autosave or opts.compare is not None:
-            doc = storage.document(self.entries, self.config.rootpath, __version__)
+            from pytest_mps.machine.plugin import fingerprint
+
+            doc = storage.document(
+                self.entries,
+                self.config.rootpath,
+                __version__,
+                fingerprint(self.config).as_dict(),
+            )
         if doc is not None and opts.compare is not None:
             self._compare(doc)
         if doc is not None and opts.json:
@@ -145,6 +152,14 @@ class BenchmarkSession:
             return
         if warning:
             self.messages.append(f"warning: {warning}")
+        differ = baseline.machine_differences(doc, base_doc, path)
+        if differ is not None and opts.compare_machine == "refuse":
+            self.usage_error = (
+                f"{differ}; not compared (--mps-benchmark-compare-machine=refuse)"
+            )
+            return
+        if differ is not None:
+            self.messages.append(f"warning: {differ}: the comparison mixes them")
         self.messages.append(f"compared with {path}")
         self.regressions, self.changes = compare.regressions(
             self.entries, base_doc, list(opts.compare_fail)

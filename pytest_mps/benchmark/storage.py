@@ -22,27 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mps import backend
+from pytest_mps.machine.fingerprint import cpu_name
 
 RUN_FILE = re.compile(r"^(\d{4})_(.*)\.json$")
 
 
 # -- machine and commit -----------------------------------------------------------
-
-
-def cpu_name() -> str:
-    """The CPU's brand string (``AMD EPYC 9454``, ``Apple M3 Max``)."""
-    chip = backend.chip_name()
-    if chip:
-        return chip
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    # uname's fields: the emulated Mac answers platform.processor() itself
-    return platform.uname().processor or platform.uname().machine
 
 
 def _slug(text: str) -> str:
@@ -144,11 +129,21 @@ def commit_info(root: Path) -> dict[str, Any]:
 
 
 def document(
-    benchmarks: list[dict[str, Any]], root: Path, version: str
+    benchmarks: list[dict[str, Any]],
+    root: Path,
+    version: str,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A whole pytest-benchmark JSON document for these benchmark entries."""
+    """A whole pytest-benchmark JSON document for these benchmark entries.
+
+    ``fingerprint``: the machine's (:mod:`pytest_mps.machine.fingerprint`),
+    kept in ``machine_info["fingerprint"]`` for comparisons to read.
+    """
+    info = machine_info(benchmarks)
+    if fingerprint is not None:
+        info["fingerprint"] = dict(fingerprint)
     return {
-        "machine_info": machine_info(benchmarks),
+        "machine_info": info,
         "commit_info": commit_info(root),
         "benchmarks": benchmarks,
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 
 import torch
 
+from pytest_mps.machine.fingerprint import format_size
+
 #: MPSAllocator.h, default_high_watermark_ratio.
 DEFAULT_RATIO = 1.7
 #: MPSAllocator.h, default_high_watermark_upper_bound.
@@ -100,17 +102,6 @@ def check_ratio(ratio: float) -> None:
 def _c_double(value: float) -> str:
     # std::ostream << double: 6 significant digits, no trailing zeros
     return f"{value:g}"
-
-
-def format_size(size: int) -> str:
-    """c10's CachingAllocator::format_size: ``1.50 GiB``, ``512.00 KiB``."""
-    if size <= 1024:
-        return f"{size} bytes"
-    if size <= 1048576:
-        return f"{size / 1024.0:.2f} KiB"
-    if size <= 1073741824:
-        return f"{size / 1048576.0:.2f} MiB"
-    return f"{size / 1073741824.0:.2f} GiB"
 
 
 class Budget:

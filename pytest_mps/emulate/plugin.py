@@ -221,6 +221,28 @@ def _refuse_lone_options(config: pytest.Config) -> None:
         _memory(config)
 
 
+def emulated_mac(config: pytest.Config) -> dict[str, Any] | None:
+    """The emulated Mac for the machine's fingerprint, or None without emulation.
+
+    ``macos`` (``"26.0"``), and with ``--mps-emulate-memory`` the ``memory``,
+    its ``working_set`` and ``high_watermark`` in bytes.
+    """
+    emulation = config.stash.get(_emulation_key, None)
+    if emulation is None:
+        return None
+    from pytest_mps.emulate import host
+
+    found: dict[str, Any] = {"macos": host.release(emulation.runtime.macos)}
+    budget = emulation.budget
+    if budget is not None:
+        found.update(
+            memory=budget.memory,
+            working_set=budget.recommended,
+            high_watermark=budget.limit,
+        )
+    return found
+
+
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     emulation = config.stash.get(_emulation_key, None)
     if emulation is None:

@@ -1,0 +1,269 @@
+"""The machine's fingerprint: the header line, the JSON and junit fields, and
+benchmark comparisons across two fingerprints.
+
+A Mac is presented through the MPS shim (``backend.mac_facts``), with values
+that real machines report:
+
+- the physical Mac of pytorch#189215 (a review thread there prints them):
+  ``torch.mps.recommended_max_memory()`` 17.76 GiB, ``maxBufferLength``
+  13.32 GiB, the allocator's high-watermark limit 30.19 GiB (1.7 x 17.76);
+- GitHub's hosted arm64 runner: its Metal device is "Apple Paravirtual device"
+  (pytorch#111576), its chip "Apple M1 (Virtual)" and model "VirtualMac2,1"
+  (the runners' published system reports), 7 GB of memory (GitHub's
+  announcement, quoted in micro-sam#370), and PyTorch's limit there "max
+  allowed: 1.70 GB", 1.7 x a 1 GiB working set (opensoundscape#850).
+
+The macOS builds are real ones (15.5 is 24F74, 26.0 is 25A354); the chip and
+frameworks' versions of the physical Mac are examples. Nothing here ran on a Mac.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_mps import backend
+from pytest_mps.machine import fingerprint
+
+GIB = 1 << 30
+
+PHYSICAL = backend.MacFacts(
+    macos="15.5",
+    build="24F74",
+    model="Mac14,10",
+    chip="Apple M2 Pro",
+    vmm=False,
+    memory=24 * GIB,
+    gpu="Apple M2 Pro",
+    gpu_cores=19,
+    working_set=int(17.760009765625 * GIB),
+    max_buffer=int(13.32000732421875 * GIB),
+    metal="368.12",
+    mpsgraph="5.1.0",
+)
+PARAVIRTUAL = backend.MacFacts(
+    macos="15.5",
+    build="24F74",
+    model="VirtualMac2,1",
+    chip="Apple M1 (Virtual)",
+    vmm=True,
+    memory=7 * GIB,
+    gpu="Apple Paravirtual device",
+    gpu_cores=None,
+    working_set=1 * GIB,
+    max_buffer=None,
+    metal=None,
+    mpsgraph=None,
+)
+
+
+@pytest.fixture
+def physical_mac(monkeypatch: pytest.MonkeyPatch) -> backend.MacFacts:
+    monkeypatch.setattr(backend, "mac_facts", lambda: PHYSICAL)
+    monkeypatch.delenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", raising=False)
+    return PHYSICAL
+
+
+@pytest.fixture
+def hosted_runner(monkeypatch: pytest.MonkeyPatch) -> backend.MacFacts:
+    monkeypatch.setattr(backend, "mac_facts", lambda: PARAVIRTUAL)
+    monkeypatch.delenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", raising=False)
+    return PARAVIRTUAL
+
+
+def test_the_header_names_this_linux_machine_and_torchs_build(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_ok(device): pass")
+    result = pytester.runpytest("--mps-device=cpu")
+    result.stdout.fnmatch_lines(
+        ["pytest-mps machine: Linux *, x86_64, *; torch build: CPU, git *"]
+    )
+
+
+def test_a_guest_run_reads_no_machine(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest("--junitxml=junit.xml")
+    result.stdout.no_fnmatch_line("*pytest-mps machine*")
+    assert "pytest_mps.machine" not in (pytester.path / "junit.xml").read_text()
+
+
+def test_the_header_names_a_macs_build_chip_gpu_and_memory_limits(
+    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+) -> None:
+    pytester.makepyfile("def test_ok(device): pass")
+    result = pytester.runpytest("--mps-device=cpu")
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps machine: macOS 15.5 (24F74), *, Apple M2 Pro (Mac14,10), "
+            "GPU Apple M2 Pro, 19 cores, Metal 368.12, MPSGraph 5.1.0; "
+            "MPS memory: working set 17.76 GiB, high watermark 30.19 GiB, "
+            "largest buffer 13.32 GiB; torch build: *"
+        ]
+    )
+
+
+def test_the_high_watermark_follows_pytorchs_variable(
+    pytester: pytest.Pytester,
+    physical_mac: backend.MacFacts,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "0.0")
+    pytester.makepyfile("def test_ok(device): pass")
+    result = pytester.runpytest("--mps-device=cpu")
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps machine: *working set 17.76 GiB, high watermark none "
+            "(PYTORCH_MPS_HIGH_WATERMARK_RATIO=0), largest buffer 13.32 GiB*"
+        ]
+    )
+
+
+def test_a_hosted_runner_reads_as_virtual_with_its_signs(
+    hosted_runner: backend.MacFacts,
+) -> None:
+    found = fingerprint.read()
+    assert found.virtual is True
+    assert found.virtual_signs == (
+        "GPU 'Apple Paravirtual device'",
+        "model VirtualMac2,1",
+        "chip 'Apple M1 (Virtual)'",
+        "kern.hv_vmm_present=1",
+    )
+    # PyTorch's limit there: "max allowed: 1.70 GB" (opensoundscape#850)
+    assert fingerprint.format_size(found.high_watermark or 0) == "1.70 GiB"
+    assert "virtual" in found.line()
+
+
+def test_a_physical_mac_is_not_virtual(physical_mac: backend.MacFacts) -> None:
+    found = fingerprint.read()
+    assert found.virtual is False and found.virtual_signs == ()
+
+
+@pytest.mark.parametrize("facts", [PHYSICAL, PARAVIRTUAL], ids=["physical", "runner"])
+def test_the_report_json_and_junit_carry_the_fingerprint(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    facts: backend.MacFacts,
+) -> None:
+    monkeypatch.setattr(backend, "mac_facts", lambda: facts)
+    pytester.makepyfile("def test_ok(device): pass")
+    result = pytester.runpytest(
+        "--mps-device=cpu", "--mps-report=report.json", "--junitxml=junit.xml"
+    )
+    result.assert_outcomes(passed=1)
+    machine = json.loads((pytester.path / "report.json").read_text())["pytest_mps"][
+        "machine"
+    ]
+    assert machine["os"] == "macOS"
+    assert machine["os_build"] == facts.build
+    assert machine["gpu"] == facts.gpu
+    assert machine["working_set"] == facts.working_set
+    assert machine["virtual"] is (facts is PARAVIRTUAL)
+    properties = {
+        p.get("name"): p.get("value")
+        for p in ET.parse(pytester.path / "junit.xml").iter("property")
+    }
+    assert properties["pytest_mps.machine.os_build"] == facts.build
+    assert properties["pytest_mps.machine.chip"] == facts.chip
+    assert properties["pytest_mps.machine.virtual"] == str(facts is PARAVIRTUAL)
+    if facts is PARAVIRTUAL:
+        assert (
+            "GPU 'Apple Paravirtual device'"
+            in (properties["pytest_mps.machine.virtual_signs"])
+        )
+
+
+def test_a_framework_version_is_read_from_its_bundle_plist(tmp_path: Path) -> None:
+    import plistlib
+
+    resources = tmp_path / "MetalPerformanceShadersGraph.framework" / "Resources"
+    resources.mkdir(parents=True)
+    with (resources / "version.plist").open("wb") as handle:
+        plistlib.dump(
+            {"CFBundleShortVersionString": "5.1.0", "CFBundleVersion": "5.1.0.12"},
+            handle,
+        )
+    assert (
+        backend.framework_version("MetalPerformanceShadersGraph", tmp_path)
+        == "5.1.0 (5.1.0.12)"
+    )
+    assert backend.framework_version("Metal", tmp_path) is None
+
+
+BENCH = "def test_sum(mps_benchmark):\n    mps_benchmark(sum, range(100))\n"
+FAST = ("-p", "no:cacheprovider", "--mps-benchmark-max-time=0.01")
+
+
+def test_benchmark_json_carries_the_fingerprint(
+    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+) -> None:
+    pytester.makepyfile(BENCH)
+    pytester.runpytest(*FAST, "--mps-benchmark-json=out.json").assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    saved = doc["machine_info"]["fingerprint"]
+    assert saved["os_build"] == "24F74" and saved["mpsgraph"] == "5.1.0"
+
+
+def test_a_baseline_from_another_os_build_is_named_and_can_be_refused(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(BENCH)
+    monkeypatch.setattr(backend, "mac_facts", lambda: PHYSICAL)
+    pytester.runpytest(*FAST, "--mps-benchmark-save=base").assert_outcomes(passed=1)
+    # the same Mac, after the image moved to macOS 26 (kornia#4202)
+    upgraded = PHYSICAL._replace(macos="26.0", build="25A354", mpsgraph="6.0.0")
+    monkeypatch.setattr(backend, "mac_facts", lambda: upgraded)
+    warned = pytester.runpytest(*FAST, "--mps-benchmark-compare")
+    warned.assert_outcomes(passed=1)
+    warned.stdout.fnmatch_lines(
+        [
+            "pytest-mps benchmark: warning: baseline *0001_base.json ran on another "
+            "machine setup (os_version 15.5 -> 26.0; os_build 24F74 -> 25A354; "
+            "mpsgraph 5.1.0 -> 6.0.0): the comparison mixes them",
+            "pytest-mps benchmark: compared with *0001_base.json",
+        ]
+    )
+    assert warned.ret == 0
+    refused = pytester.runpytest(
+        *FAST, "--mps-benchmark-compare", "--mps-benchmark-compare-machine=refuse"
+    )
+    refused.stdout.fnmatch_lines(
+        [
+            "ERROR: baseline *0001_base.json ran on another machine setup "
+            "(os_version 15.5 -> 26.0; os_build 24F74 -> 25A354; *); not compared "
+            "(--mps-benchmark-compare-machine=refuse)"
+        ]
+    )
+    refused.stdout.no_fnmatch_line("*compared with*")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_same_machine_compares_without_a_warning(
+    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+) -> None:
+    pytester.makepyfile(BENCH)
+    pytester.runpytest(*FAST, "--mps-benchmark-save=base").assert_outcomes(passed=1)
+    result = pytester.runpytest(
+        *FAST, "--mps-benchmark-compare", "--mps-benchmark-compare-machine=refuse"
+    )
+    result.stdout.no_fnmatch_line("*another machine setup*")
+    assert result.ret == 0
+
+
+def test_a_bad_compare_machine_value_is_one_usage_line(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nmps_benchmark_compare_machine = maybe\n")
+    pytester.makepyfile(BENCH)
+    result = pytester.runpytest(*FAST)
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: ini option mps_benchmark_compare_machine in *tox.ini: 'maybe' is "
+            "not one of: warn, refuse"
+        ]
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
