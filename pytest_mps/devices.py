@@ -130,6 +130,11 @@ def emulated(config: pytest.Config) -> bool:
         value = getattr(config.known_args_namespace, "mps_emulate", None)
     if value is None:
         value = ini_flag(config, "mps_emulate")
+    if not value:
+        from pytest_mps.machine import virtual
+
+        # --mps-virtual-gpu=emulate on a virtual GPU
+        return virtual.emulates(config)
     return bool(value)
 
 

@@ -170,9 +170,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = read_environment(config, chip="mps" in chosen or verbose).header()
     if yielded:
         lines[0] += f"; {yielded}"
-    from pytest_mps.machine.plugin import fingerprint
+    from pytest_mps.machine.plugin import header_lines
 
-    lines.insert(1, f"pytest-mps machine: {fingerprint(config).line()}")
+    lines[1:1] = header_lines(config)
     return lines
 
 

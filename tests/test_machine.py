@@ -267,3 +267,227 @@ def test_a_bad_compare_machine_value_is_one_usage_line(
         ]
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+# -- virtual GPUs -------------------------------------------------------------------
+
+DEVICE_TESTS = """
+def test_on_each(device):
+    import torch
+
+    assert (torch.ones(2, device=device) * 2).sum().item() == 4.0
+"""
+
+
+def test_a_virtual_gpu_is_named_and_its_tests_run_by_default(
+    pytester: pytest.Pytester, hosted_runner: backend.MacFacts
+) -> None:
+    pytester.makepyfile(DEVICE_TESTS)
+    result = pytester.runpytest("--mps-emulate", "--mps-device=cpu")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps machine: macOS 15.5 (24F74), *, Apple M1 (Virtual) "
+            "(VirtualMac2,1), GPU Apple Paravirtual device, virtual; MPS memory: "
+            "working set 1024.00 MiB, high watermark 1.70 GiB; *",
+            "pytest-mps machine: virtual GPU (GPU 'Apple Paravirtual device'; model "
+            "VirtualMac2,1; chip 'Apple M1 (Virtual)'; kern.hv_vmm_present=1; MPS "
+            "working set 1024.00 MiB): MPS tests run on it (--mps-virtual-gpu=run; "
+            "skip or emulate instead)",
+            "pytest-mps machine: the MPS cache is emptied after each test: the GPU "
+            "is virtual (--mps-empty-cache=auto)",
+            "*",
+            "pytest-mps machine: emptied the MPS cache after each of 2 tests (the "
+            "GPU is virtual (--mps-empty-cache=auto))",
+        ]
+    )
+
+
+def test_skip_skips_the_mps_tests_naming_the_signs(
+    pytester: pytest.Pytester, hosted_runner: backend.MacFacts
+) -> None:
+    pytester.makepyfile(
+        DEVICE_TESTS
+        + """
+import pytest
+
+@pytest.mark.mps
+def test_marked():
+    pass
+
+def test_fixture(mps_device):
+    pass
+
+def test_plain():
+    pass
+"""
+    )
+    result = pytester.runpytest(
+        "--mps-emulate", "--mps-device=cpu", "--mps-virtual-gpu=skip", "-rs"
+    )
+    # test_on_each[cpu] and test_plain run; the three MPS tests skip
+    result.assert_outcomes(passed=2, skipped=3)
+    skipped = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
+    counts = [int(line.split("[", 1)[1].split("]", 1)[0]) for line in skipped]
+    assert sum(counts) == 3, skipped
+    assert all(
+        "MPS on a virtual GPU (GPU 'Apple Paravirtual device'; " in line
+        for line in skipped
+    )
+
+
+def test_emulate_runs_the_mps_tests_on_the_emulated_device(
+    pytester: pytest.Pytester, hosted_runner: backend.MacFacts
+) -> None:
+    pytester.makepyfile(DEVICE_TESTS)
+    # --mps alone on this Linux machine would be a usage error: the policy
+    # turns the emulation on because the (shimmed) GPU reads as virtual
+    result = pytester.runpytest("--mps", "--mps-virtual-gpu=emulate")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps: torch *, devices: mps; mps: emulated on the CPU *",
+            "pytest-mps machine: virtual GPU (*): MPS tests run on the emulated "
+            "device (--mps-virtual-gpu=emulate)",
+        ]
+    )
+
+
+def test_emulate_leaves_a_physical_mac_alone(
+    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+) -> None:
+    pytester.makepyfile(DEVICE_TESTS)
+    result = pytester.runpytest("--mps", "--mps-virtual-gpu=emulate")
+    # no emulation: the real MPS is asked for, and this Linux torch has none
+    result.stderr.fnmatch_lines(["ERROR: --mps: MPS cannot be used: *"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+PROBED_CONFTEST = """
+import time
+
+import torch
+
+from pytest_mps import backend
+
+backend.mac_facts = lambda: backend.MacFacts(
+    macos="15.5", build="24F74", model="Mac14,10", chip="Apple M2 Pro", vmm=False,
+    memory=24 << 30, gpu="Apple M2 Pro", gpu_cores=19, working_set=17 << 30,
+    max_buffer=13 << 30, metal=None, mpsgraph=None,
+)
+
+def synchronize():
+    {body}
+
+# torch.mps as the device behaves: the emulated device's, replaced
+torch.mps.synchronize = synchronize
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "sign"),
+    [
+        ("time.sleep(60)", "a 4-element op on mps did not finish within 0.5 s"),
+        (
+            # what a paravirtual GPU's first allocation raised (pytorch#111576)
+            'raise RuntimeError("MPS backend out of memory (MPS allocated: 0 '
+            "bytes, other allocations: 0 bytes, max allowed: 1.70 GB). Tried to "
+            'allocate 0 bytes on private pool.")',
+            "a 4-element op on mps failed: RuntimeError: MPS backend out of memory "
+            "(MPS allocated: 0 bytes, *",
+        ),
+    ],
+    ids=["hangs", "fails"],
+)
+def test_a_probe_that_hangs_or_fails_marks_the_gpu_virtual(
+    pytester: pytest.Pytester, body: str, sign: str
+) -> None:
+    pytester.makeconftest(PROBED_CONFTEST.replace("{body}", body))
+    pytester.makepyfile(DEVICE_TESTS)
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate",
+        "--mps-probe-timeout=0.5",
+        "--mps-virtual-gpu=skip",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [f"pytest-mps machine: virtual GPU ({sign}): MPS tests skip (*)"]
+    )
+
+
+COUNTING_CONFTEST = """
+import torch
+
+calls = []
+real = torch.mps.empty_cache
+
+def empty_cache():
+    calls.append(1)
+    real()
+
+torch.mps.empty_cache = empty_cache
+
+def pytest_unconfigure(config):
+    print(f"empty_cache called {len(calls)} times")
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "emptied"),
+    [
+        (("--mps-emulate-memory=4GB",), 3),
+        (("--mps-emulate-memory=4GB", "--mps-empty-cache=never"), 0),
+        (("--mps-emulate-memory=64GB",), 0),
+        (("--mps-emulate-memory=64GB", "--mps-empty-cache=always"), 3),
+    ],
+    ids=["small-auto", "small-never", "large-auto", "large-always"],
+)
+def test_the_cache_is_emptied_after_each_test_on_small_devices(
+    pytester: pytest.Pytester, args: tuple[str, ...], emptied: int
+) -> None:
+    pytester.makeconftest(COUNTING_CONFTEST)
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.parametrize('n', [1, 2, 3])\n"
+        "def test_alloc(device, n):\n"
+        "    import torch\n\n    torch.ones(n, device=device)\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate", *args, "-s", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([f"empty_cache called {emptied} times"])
+    if emptied:
+        result.stdout.fnmatch_lines(
+            ["pytest-mps machine: emptied the MPS cache after each of 3 tests (*)"]
+        )
+    else:
+        result.stdout.no_fnmatch_line("*emptied the MPS cache*")
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        (
+            ("--mps-virtual-gpu=maybe",),
+            "*--mps-virtual-gpu: 'maybe' is not one of: run, skip, emulate",
+        ),
+        (
+            ("--mps-probe-timeout=-1",),
+            "*--mps-probe-timeout: '-1' is not a number of seconds >= 0",
+        ),
+        (
+            ("-o", "mps_empty_cache=sometimes"),
+            "ERROR: ini option mps_empty_cache in *: 'sometimes' is not one of: "
+            "auto, always, never",
+        ),
+    ],
+)
+def test_bad_machine_settings_are_one_usage_line_even_without_mps(
+    pytester: pytest.Pytester, where: tuple[str, ...], expected: str
+) -> None:
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest(*where)
+    result.stderr.fnmatch_lines([expected])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR

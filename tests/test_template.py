@@ -646,9 +646,15 @@ def test_the_workflow_is_yaml_with_its_expressions_intact(project: Path) -> None
     assert steps["Tests on the Apple GPU"]["run"] == (
         ".venv/bin/pytest --mps --mps-isolate --mps-timeout=600 "
         "--mps-known-failures=.github/known-failures/{device}-macos{macos}.txt "
-        "--junitxml=junit-mps.xml"
+        "--mps-virtual-gpu=run --mps-empty-cache=auto "
+        "--mps-report=mps-report.json --junitxml=junit-mps.xml"
     )
     assert steps["Keep the test report"]["if"] == "always()"
+    # the machine's fingerprint is in both files (the macOS image pinned)
+    assert steps["Keep the test report"]["with"]["path"].split() == [
+        "junit-mps.xml",
+        "mps-report.json",
+    ]
     manifest = project / ".github/known-failures/mps-macos15.txt"
     assert manifest.read_text().startswith("# pytest-mps known failures")
 

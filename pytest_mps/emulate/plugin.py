@@ -106,6 +106,11 @@ def wanted(config: pytest.Config) -> bool:
         from pytest_mps.devices import ini_flag
 
         value = ini_flag(config, "mps_emulate")
+    if not value:
+        from pytest_mps.machine import virtual
+
+        # --mps-virtual-gpu=emulate on a virtual GPU
+        return virtual.emulates(config)
     return bool(value)
 
 
