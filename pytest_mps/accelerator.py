@@ -77,18 +77,69 @@ def empty_cache(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+#: The key of an allocator's peak in ``torch.accelerator.memory_stats`` (the
+#: CUDA caching allocator's names, which MPS's follow from torch 2.15 on:
+#: pytorch#186748, #193838).
+PEAK_KEY = "allocated_bytes.all.peak"
+
+
+def _accelerator_stats(device: torch.device) -> dict[str, Any] | None:
+    """``torch.accelerator.memory_stats(device)`` where it holds a peak, else None.
+
+    torch 2.13 raises for MPS ("Cannot access accelerator device ..."), and
+    a build without the device's allocator answers an empty mapping.
+    """
+    import torch
+
+    reader = getattr(getattr(torch, "accelerator", None), "memory_stats", None)
+    if reader is None or device.type in ("cpu", "meta"):
+        return None
+    try:
+        stats = dict(reader(device))
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError):
+        return None
+    return stats if PEAK_KEY in stats else None
+
+
 def memory_stats(device: torch.device) -> dict[str, int] | None:
-    """Allocator counters in bytes, or None where the backend reports none (CPU)."""
+    """Allocator counters in bytes, or None where the backend reports none (CPU).
+
+    ``allocated`` always; ``peak_allocated`` where the allocator keeps a peak
+    (:func:`peak_source` names it).
+    """
     import torch
 
     if device.type == "mps":
-        return backend.memory_stats()
+        stats = backend.memory_stats()
+        found = _accelerator_stats(device)
+        if found is not None:
+            stats["peak_allocated"] = int(found[PEAK_KEY])
+        return stats
     if device.type == "cuda":
+        found = _accelerator_stats(device)
         return {
             "allocated": int(torch.cuda.memory_allocated(device)),
-            "peak_allocated": int(torch.cuda.max_memory_allocated(device)),
+            "peak_allocated": int(
+                found[PEAK_KEY]
+                if found is not None
+                else torch.cuda.max_memory_allocated(device)
+            ),
             "reserved": int(torch.cuda.memory_reserved(device)),
         }
+    return None
+
+
+def peak_source(device: torch.device) -> str | None:
+    """Where ``memory_stats``'s peak comes from, or None where there is none.
+
+    ``torch.accelerator.memory_stats`` (any accelerator whose torch keeps
+    them: CUDA, and MPS from torch 2.15), ``torch.cuda.max_memory_allocated``
+    (an older torch's CUDA); None for MPS before 2.15 and the CPU.
+    """
+    if _accelerator_stats(device) is not None:
+        return "torch.accelerator.memory_stats"
+    if device.type == "cuda":
+        return "torch.cuda.max_memory_allocated"
     return None
 
 
@@ -117,9 +168,12 @@ def device_name(device: torch.device) -> str:
 
 
 def reset_peak_memory(device: torch.device) -> bool:
-    """Restart the allocator's peak counter; False where there is none (CPU, MPS)."""
+    """Restart the allocator's peak counter; False where there is none."""
     import torch
 
+    if _accelerator_stats(device) is not None:
+        torch.accelerator.reset_peak_memory_stats(device)
+        return True
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return True

@@ -82,6 +82,11 @@ def test_cuda_reports_peak_and_leak_and_fails_over_budget(
             "*over the memory budget on cuda:0: peak 16.0 MiB > max_mb=1; left "
             "allocated 16.0 MiB > leak_mb=0",
             "cuda:0: peak +16.0 MiB, left allocated +16.0 MiB, reserved *",
+            # torch.accelerator's statistics where this torch has them
+            "peak from torch.accelerator.memory_stats"
+            if hasattr(torch, "accelerator")
+            and hasattr(torch.accelerator, "memory_stats")
+            else "peak from torch.cuda.max_memory_allocated",
         ]
     )
 
@@ -127,4 +132,76 @@ def test_a_measured_usage_reads_as_its_summary() -> None:
     usage.start, usage.peak, usage.end = 0, 3 * MIB, MIB
     assert repr(usage) == (
         "MemoryUsage(cuda:0: peak +3.0 MiB, left allocated +1.0 MiB)"
+    )
+
+
+EMULATED_BUDGET = """
+import pytest
+import torch
+
+@pytest.mark.mps_memory(max_mb=32)
+def test_over(device):
+    activation = torch.empty(16 * 2**20, device=device)  # 64 MiB
+    activation.fill_(1.0)  # sampled before this op
+    del activation
+    torch.ones(3, device=device).sum()
+"""
+
+
+def test_the_emulated_device_names_its_peak_source_and_its_limits(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(EMULATED_BUDGET)
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate", "--mps-emulate-memory=8GB", "-rA", "--mps-report=r.json"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*over the memory budget on mps: peak 64.0 MiB > max_mb=32",
+            "mps: peak +64.0 MiB, left allocated +0.0 MiB*",
+            # torch 2.13 keeps no MPS peak: sampled, and said so
+            "peak from sampling torch.mps.current_allocated_memory() before each "
+            "op (this torch keeps no MPS peak; torch.accelerator's statistics "
+            "from 2.15)",
+            "MPS limits: working set 6.00 GiB (Metal's recommendedMaxWorkingSetSize; "
+            "sudo sysctl iogpu.wired_limit_mb=N moves it), high watermark 10.20 GiB "
+            "(PYTORCH_MPS_HIGH_WATERMARK_RATIO, default 1.7, times the working set; "
+            "or torch.mps.set_per_process_memory_fraction)",
+        ]
+    )
+    import json
+
+    (row,) = json.loads((pytester.path / "r.json").read_text())["memory"]
+    assert row["source"].startswith("sampling torch.mps.current_allocated_memory")
+    assert row["limits"].startswith("MPS limits: working set 6.00 GiB")
+
+
+def test_a_macs_three_limits_are_named_with_what_moves_them() -> None:
+    from pytest_mps.machine.fingerprint import Fingerprint, limits_explained
+
+    gib = 1 << 30
+    # the Mac of pytorch#189215: working set 17.76 GiB, maxBufferLength
+    # 13.32 GiB, the allocator's limit 30.19 GiB
+    mac = Fingerprint(
+        os="macOS",
+        os_version="15.5",
+        os_build="24F74",
+        arch="arm64",
+        chip="Apple M2 Pro",
+        working_set=int(17.760009765625 * gib),
+        high_watermark=int(30.1920166015625 * gib),
+        max_buffer=int(13.32000732421875 * gib),
+    )
+    text = limits_explained(mac)
+    assert text.startswith("MPS limits: working set 17.76 GiB (")
+    assert "high watermark 30.19 GiB (PYTORCH_MPS_HIGH_WATERMARK_RATIO" in text
+    assert text.endswith(
+        "largest buffer 13.32 GiB (Metal's maxBufferLength: one tensor past it fails)"
+    )
+    unread = mac.__class__(
+        os="macOS", os_version="15.5", os_build=None, arch="arm64", chip=None
+    )
+    assert limits_explained(unread) == (
+        "MPS limits: not known (Metal's device could not be read)"
     )

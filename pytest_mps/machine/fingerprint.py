@@ -134,6 +134,41 @@ class Fingerprint:
         return ", ".join(parts)
 
 
+def limits_explained(found: Fingerprint) -> str:
+    """The three MPS limits, each with what moves it, in one line.
+
+    The working set is Metal's ``recommendedMaxWorkingSetSize`` (about 75%
+    of memory; ``sudo sysctl iogpu.wired_limit_mb=N`` raises it: 107.52 to
+    112.00 GiB on a 128 GB M5 Max, antirez/ds4#893); the high watermark is
+    PyTorch's allocator limit, ``PYTORCH_MPS_HIGH_WATERMARK_RATIO`` (default
+    1.7) times the working set, which
+    ``torch.mps.set_per_process_memory_fraction`` also sets; the largest
+    buffer is Metal's ``maxBufferLength``, past which one tensor fails.
+    """
+    if found.working_set is None:
+        if found.emulated is not None:
+            return "MPS limits: none emulated (--mps-emulate-memory sets them)"
+        return "MPS limits: not known (Metal's device could not be read)"
+    ceiling = (
+        format_size(found.high_watermark)
+        if found.high_watermark is not None
+        else "none"
+    )
+    text = (
+        f"MPS limits: working set {format_size(found.working_set)} (Metal's "
+        "recommendedMaxWorkingSetSize; sudo sysctl iogpu.wired_limit_mb=N moves "
+        f"it), high watermark {ceiling} ({HIGH_WATERMARK_VARIABLE}, default "
+        f"{DEFAULT_HIGH_WATERMARK_RATIO:g}, times the working set; or "
+        "torch.mps.set_per_process_memory_fraction)"
+    )
+    if found.max_buffer is not None:
+        text += (
+            f", largest buffer {format_size(found.max_buffer)} (Metal's "
+            "maxBufferLength: one tensor past it fails)"
+        )
+    return text
+
+
 def format_size(size: int) -> str:
     """c10's CachingAllocator::format_size, as PyTorch's MPS messages print sizes.
 

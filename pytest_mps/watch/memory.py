@@ -1,12 +1,15 @@
 """``@pytest.mark.mps_memory(max_mb=..., leak_mb=...)`` and the ``mps_memory`` fixture.
 
 Reports what a test's body allocated on its device at its peak and what it
-left allocated, and fails the test over budget. CUDA: the caching allocator's
-``memory_allocated`` and ``max_memory_allocated``. MPS: ``torch.mps`` has no
-peak counter, so the peak is sampled with ``current_allocated_memory`` before
-each aten op (the test's watch mode); ``driver_allocated_memory`` and
-``recommended_max_memory`` are reported alongside. CPU: not measured, and said
-so, rather than printing zeros (nanochat#838).
+left allocated, and fails the test over budget. The peak comes from the best
+source the installed torch offers, and the report names it:
+``torch.accelerator.memory_stats`` where it keeps a peak (CUDA; MPS from torch
+2.15, pytorch#186748), ``torch.cuda.max_memory_allocated`` on an older CUDA
+torch; on an older MPS torch, which keeps no peak, ``current_allocated_memory``
+sampled before each aten op (the test's watch mode). On MPS the report also
+shows the three limits and what moves each (:func:`pytest_mps.machine.
+fingerprint.limits_explained`). CPU: not measured, and said so, rather than
+printing zeros (nanochat#838).
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ class MemoryUsage:
         self.peak: int | None = None
         self.end: int | None = None
         self.extra: dict[str, int] = {}
+        #: where the peak comes from: an allocator's counter, or sampling
+        self.source: str | None = None
+        #: on MPS, the three limits and what moves each
+        self.limits: str | None = None
+        #: True where the peak is sampled before each op (MPS before torch 2.15)
+        self.sampled = False
 
     @property
     def peak_mb(self) -> float | None:
@@ -77,6 +86,13 @@ class MemoryUsage:
         for name, value in self.extra.items():
             text += f", {name} {value / MIB:.1f} MiB"
         return text
+
+    def details(self) -> list[str]:
+        """Where the peak comes from, and on MPS the limits."""
+        lines = [f"peak from {self.source}"] if self.source else []
+        if self.limits:
+            lines.append(self.limits)
+        return lines
 
 
 mark_key = pytest.StashKey[MemoryMark | None]()
@@ -165,12 +181,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(str(exc), pytrace=False)
     device = _device(item)
     measured = accelerator.memory_stats(device) is not None
-    item.stash[usage_key] = MemoryUsage(str(device), measured)
+    usage = MemoryUsage(str(device), measured)
+    if measured:
+        counter = accelerator.peak_source(device)
+        usage.sampled = counter is None and device.type == "mps"
+        usage.source = counter or (
+            "sampling torch.mps.current_allocated_memory() before each op (this "
+            "torch keeps no MPS peak; torch.accelerator's statistics from 2.15)"
+        )
+    if device.type == "mps":
+        from pytest_mps.machine.fingerprint import limits_explained
+        from pytest_mps.machine.plugin import fingerprint
+
+        usage.limits = limits_explained(fingerprint(item.config))
+    item.stash[usage_key] = usage
 
 
 def pytest_mps_watch_ops(item: pytest.Item) -> OpCallback | None:
     usage = item.stash.get(usage_key, None)
-    if usage is None or not usage.measured or not usage.device.startswith("mps"):
+    if usage is None or not usage.sampled:
         return None
     return _MpsPeak(usage, _device(item))
 
@@ -234,7 +263,9 @@ def pytest_runtest_makereport(
     usage = item.stash.get(usage_key, None)
     if usage is None or call.when != "call":
         return report
-    report.sections.append(("pytest-mps memory", usage.summary()))
+    report.sections.append(
+        ("pytest-mps memory", "\n".join([usage.summary(), *usage.details()]))
+    )
     report.user_properties.append(
         (
             settings.MEMORY_PROPERTY,
@@ -243,6 +274,8 @@ def pytest_runtest_makereport(
                 "measured": usage.measured,
                 "peak_mb": usage.peak_mb,
                 "left_mb": usage.left_mb,
+                "source": usage.source,
+                "limits": usage.limits,
             },
         )
     )

@@ -268,6 +268,16 @@ def test_the_benchmark_times_training_steps_without_a_dataset(small_config):
     assert re.search(r" m?s/iter over 3 steps", out) and "tokens/s" in out, out
     if small_config.device == "cpu":
         assert result.mfu is None and "MFU unknown" in out
+        assert result.peak_memory is None and "peak memory not measured" in out
+    else:
+        # the figure and where it comes from: an allocator's peak, or on an
+        # MPS torch without one, what the driver holds
+        assert result.peak_memory > 0, out
+        assert f"({result.peak_memory_source})" in out
+        assert result.peak_memory_source in (
+            "the allocator's peak",
+            "held by the MPS driver",
+        )
 
 
 def test_resuming_on_a_dataset_with_another_vocabulary_is_refused(

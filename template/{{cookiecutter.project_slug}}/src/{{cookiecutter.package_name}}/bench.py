@@ -33,6 +33,7 @@ class BenchResult:
     mfu: float | None
     final_loss: float
     peak_memory: int | None
+    peak_memory_source: str | None = None
 
 
 def bench(cfg: Config, stream: TextIO | None = None) -> BenchResult:
@@ -61,17 +62,19 @@ def bench(cfg: Config, stream: TextIO | None = None) -> BenchResult:
             synchronize(runtime.device)
             times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
+    peak = peak_memory(runtime.device)
     result = BenchResult(
         device=f"{device_name(runtime.device)} ({runtime.device})",
         ms_per_iter=1000 * seconds,
         tokens_per_s=t.tokens_per_iter / seconds,
         mfu=t.mfu(seconds),
         final_loss=loss.item(),
-        peak_memory=peak_memory(runtime.device),
+        peak_memory=peak[0] if peak is not None else None,
+        peak_memory_source=peak[1] if peak is not None else None,
     )
     mfu = f"{result.mfu:.1%}" if result.mfu is not None else "unknown for this device"
     memory = (
-        f"{result.peak_memory / 2**20:.0f} MiB"
+        f"{result.peak_memory / 2**20:.0f} MiB ({result.peak_memory_source})"
         if result.peak_memory is not None
         else "not measured on CPU"
     )

@@ -151,12 +151,34 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def peak_memory(device: torch.device) -> int | None:
-    """Bytes the allocator holds at its peak (CUDA) or now (MPS); None on CPU."""
+def _accelerator_peak(device: torch.device) -> int | None:
+    """torch.accelerator's peak, where this torch keeps one for the device.
+
+    CUDA has it; MPS from torch 2.15 (older ones raise, or answer no peak).
+    """
+    reader = getattr(getattr(torch, "accelerator", None), "memory_stats", None)
+    if reader is None:
+        return None
+    try:
+        stats = reader(device)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None
+    return stats.get("allocated_bytes.all.peak")
+
+
+def peak_memory(device: torch.device) -> tuple[int, str] | None:
+    """Peak bytes on the device and where that figure comes from; None on CPU."""
+    peak = _accelerator_peak(device)
+    if peak is not None:
+        return int(peak), "the allocator's peak"
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
+        return torch.cuda.max_memory_allocated(device), "the allocator's peak"
     if device.type == "mps":
-        return torch.mps.driver_allocated_memory()
+        # No peak counter before torch 2.15: what Metal's driver holds for the
+        # allocator, which keeps freed blocks cached, so at least the peak of
+        # the tensors alive at once (current_allocated_memory reads 0 after a
+        # step: nanochat#838)
+        return torch.mps.driver_allocated_memory(), "held by the MPS driver"
     return None
 
 
