@@ -94,6 +94,10 @@ def _accelerator_stats(device: torch.device) -> dict[str, Any] | None:
     reader = getattr(getattr(torch, "accelerator", None), "memory_stats", None)
     if reader is None or device.type in ("cpu", "meta"):
         return None
+    if device.type == "cuda" and not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        # asking before CUDA starts leaves torch.cuda's calls refusing the
+        # device ("Invalid device argument", torch 2.11 on an H200)
+        return None
     try:
         stats = dict(reader(device))
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError):
@@ -175,6 +179,10 @@ def reset_peak_memory(device: torch.device) -> bool:
         torch.accelerator.reset_peak_memory_stats(device)
         return True
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+        # Before CUDA starts its counters are zero already, and torch refuses
+        # the reset ("Invalid device argument", torch 2.11: synchronizing
+        # through torch.accelerator does not start it)
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.reset_peak_memory_stats(device)
         return True
     return False

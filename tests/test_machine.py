@@ -79,8 +79,11 @@ def test_the_header_names_this_linux_machine_and_torchs_build(
 ) -> None:
     pytester.makepyfile("def test_ok(device): pass")
     result = pytester.runpytest("--mps-device=cpu")
+    import torch
+
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
     result.stdout.fnmatch_lines(
-        ["pytest-mps machine: Linux *, x86_64, *; torch build: CPU, git *"]
+        [f"pytest-mps machine: Linux *, x86_64, *; torch build: {build}, git *"]
     )
 
 

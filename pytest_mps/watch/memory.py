@@ -95,6 +95,12 @@ class MemoryUsage:
         return lines
 
 
+#: The source of an MPS peak where torch keeps none.
+SAMPLED = (
+    "sampling torch.mps.current_allocated_memory() before each op (this torch "
+    "keeps no MPS peak; torch.accelerator's statistics from 2.15)"
+)
+
 mark_key = pytest.StashKey[MemoryMark | None]()
 usage_key = pytest.StashKey[MemoryUsage]()
 
@@ -182,13 +188,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     device = _device(item)
     measured = accelerator.memory_stats(device) is not None
     usage = MemoryUsage(str(device), measured)
-    if measured:
-        counter = accelerator.peak_source(device)
-        usage.sampled = counter is None and device.type == "mps"
-        usage.source = counter or (
-            "sampling torch.mps.current_allocated_memory() before each op (this "
-            "torch keeps no MPS peak; torch.accelerator's statistics from 2.15)"
-        )
+    # MPS starts with torch; CUDA's counters are empty until it starts, so
+    # the source is named when the call ends
+    usage.sampled = device.type == "mps" and accelerator.peak_source(device) is None
     if device.type == "mps":
         from pytest_mps.machine.fingerprint import limits_explained
         from pytest_mps.machine.plugin import fingerprint
@@ -233,6 +235,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         usage.extra = {
             k: v for k, v in stats.items() if k in ("driver_allocated", "reserved")
         }
+        usage.source = SAMPLED if usage.sampled else accelerator.peak_source(device)
     _check_budget(item, usage)
     return result
 
