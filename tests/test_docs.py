@@ -95,3 +95,26 @@ def test_getting_started_installs_with_the_readme_commands() -> None:
     (ours,) = re.findall(fence, (DOCS / "getting-started.md").read_text(), re.S)
     (theirs,) = re.findall(r"<!-- command: install -->\n" + fence, readme, re.S)
     assert ours == theirs
+
+
+def test_the_mac_ci_workflow_pins_the_image_and_keeps_the_fingerprint() -> None:
+    yaml = pytest.importorskip("yaml")
+    text = (DOCS / "mac-ci.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    jobs = yaml.safe_load(block)["jobs"]
+    mac = jobs["macos-mps"]
+    assert mac["runs-on"] == "macos-15"  # a pinned image, not macos-latest
+    command = mac["steps"][-2]["run"]
+    for setting in (
+        "--mps-virtual-gpu=run",
+        "--mps-empty-cache=auto",
+        "--mps-report=mps-report.json",
+        "--junitxml=junit-mps.xml",
+    ):
+        assert setting in command
+    assert mac["steps"][-1]["with"]["path"].split() == [
+        "junit-mps.xml",
+        "mps-report.json",
+    ]
+    linux = jobs["linux-emulated"]["steps"][-1]["run"]
+    assert linux.startswith("pytest --mps-emulate")

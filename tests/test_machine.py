@@ -494,3 +494,31 @@ def test_bad_machine_settings_are_one_usage_line_even_without_mps(
     result = pytester.runpytest(*where)
     result.stderr.fnmatch_lines([expected])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_memory_report_on_a_mac_names_all_three_limits(
+    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.mps_memory(max_mb=8)
+        def test_over(device):
+            kept = torch.empty(4 * 2**20, device=device)  # 16 MiB
+            kept.fill_(1.0)
+            torch.ones(1, device=device).sum()
+        """
+    )
+    result = pytester.runpytest("--mps-emulate", "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*over the memory budget on mps: peak 16.0 MiB > max_mb=8",
+            "peak from sampling torch.mps.current_allocated_memory() before each op*",
+            "MPS limits: working set 17.76 GiB (*), high watermark 30.19 GiB (*), "
+            "largest buffer 13.32 GiB (Metal's maxBufferLength: one tensor past it "
+            "fails)",
+        ]
+    )
