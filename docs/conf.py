@@ -12,8 +12,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "_ext"))
 
 project = "pytest-mps"
+author = "the pytest-mps developers"
+copyright = "2026, the pytest-mps developers"
 extensions = ["myst_parser", "mps_reference"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "examples"]
-html_theme = "alabaster"
+# furo, as pip and attrs use: code blocks scroll instead of being cut at a
+# fixed column, and the sidebar wraps long option names
+html_theme = "furo"
+html_title = "pytest-mps"
+# Help texts are shown as written: no "--" turned into an en dash, no curly
+# quotes in option names and code-like text.
+smartquotes = False
 myst_heading_anchors = 3

@@ -118,3 +118,82 @@ def test_the_mac_ci_workflow_pins_the_image_and_keeps_the_fingerprint() -> None:
     ]
     linux = jobs["linux-emulated"]["steps"][-1]["run"]
     assert linux.startswith("pytest --mps-emulate")
+
+
+def _page_text(path: Path) -> str:
+    """A built page's text as a reader sees it: tags dropped, entities read."""
+    import html
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.parts: list[str] = []
+
+        def handle_data(self, data: str) -> None:
+            self.parts.append(data)
+
+    reader = Text()
+    reader.feed(path.read_text(encoding="utf-8"))
+    return html.unescape(" ".join(" ".join(reader.parts).split()))
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("sphinx")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-E", "-q", "-b", "html", str(DOCS), str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_built_reference_shows_the_help_texts_as_written(
+    built_site: Path,
+) -> None:
+    text = _page_text(built_site / "reference.html")
+    # no "--" turned into an en dash, placeholders kept, "%" once
+    assert "\u2013" not in text and "\u2014" not in text
+    assert "STORAGE/<machine key>/NNNN_NAME.json" in text
+    assert "PREFIX-<group>.png" in text
+    assert "median:X% (default 5%)" in text and "%%" not in text
+    assert "--mps-benchmark-compare-rev" in text
+
+
+def test_the_built_reference_lists_every_marker_and_fixture(built_site: Path) -> None:
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import mps_reference
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    text = _page_text(built_site / "reference.html")
+    markers = mps_reference.markers()
+    fixtures = mps_reference.fixtures()
+    assert {"mps_memory", "mps_benchmark", "skip_device", "mps_timeout"} <= {
+        signature.split("(")[0] for signature, _ in markers
+    }
+    assert {"device", "mps_memory", "mps_benchmark", "seed"} <= {
+        name for name, _, _ in fixtures
+    }
+    for signature, help_text in markers:
+        assert f"@pytest.mark.{signature} {' '.join(help_text.split())}" in text
+    for name, gives, _ in fixtures:
+        assert f"{name} {gives}" in text
+
+
+def test_pytest_help_prints_percent_once(pytester: pytest.Pytester) -> None:
+    text = pytester.runpytest("--help").stdout.str()
+    assert "median:X% (default" in " ".join(text.split())
+    assert "%%" not in text
+
+
+def test_every_page_opens_with_a_sentence() -> None:
+    for page in sorted(DOCS.glob("*.md")):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        assert lines[0].startswith("# "), page.name
+        first = next(line for line in lines[1:] if line.strip())
+        # not code, a table, a list or a heading: words
+        assert not first.startswith(("```", "|", "- ", "#", "<")), (page.name, first)

@@ -87,8 +87,8 @@ COMPARE_REV_HELP = (
     "worktree) and in this tree, in pairs of processes that run side by side "
     "and take turns block by block, and compare per benchmark: slower when a "
     "one-sided Wilcoxon signed-rank test over the pairs' ratios says p < 0.05 "
-    "and the change passes --mps-benchmark-compare-fail's median:X%% (default "
-    "5%%). Trustworthy where the host's speed drifts (cloud hosts)."
+    "and the change passes --mps-benchmark-compare-fail's median:X% (default "
+    "5%). Trustworthy where the host's speed drifts (cloud hosts)."
 )
 COMPARE_PROCESSES_HELP = (
     "pairs of processes for --mps-benchmark-compare-rev (default 7, at least 5)."
