@@ -305,8 +305,31 @@ def opted_in(config: pytest.Config) -> bool:
     for name in INI_NAMES:
         try:
             value = config.getini(name)
-        except ValueError:
-            continue
+        except (ValueError, pytest.UsageError):
+            continue  # a bad value: check_ini_values says so
         if value not in _INI_OFF:
             return True
     return False
+
+
+def check_ini_values(config: pytest.Config) -> None:
+    """A bad boolean ini value of ours is one usage line naming its key and file.
+
+    pytest itself reads a boolean ini key with "invalid truth value 'maybe'"
+    and neither the key nor the file; the string keys are checked where their
+    families read them.
+    """
+    for name in INI_NAMES:
+        try:
+            config.getini(name)
+        except (ValueError, pytest.UsageError) as exc:  # pytest 9 raises the latter
+            if "unknown configuration value" in str(exc):
+                continue  # its family is blocked (-p no:...)
+            raise pytest.UsageError(
+                f"ini option {name} in {config.inipath}: {exc}; use true or false"
+            ) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    check_ini_values(config)

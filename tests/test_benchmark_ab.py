@@ -68,13 +68,20 @@ def test_a_slower_tree_is_caught_and_both_sides_are_kept(repo: pytest.Pytester) 
     result.stdout.fnmatch_lines(
         [
             "pytest-mps A/B: pair 1 of 5",
-            "pytest-mps A/B: pair 5 of 5",
+            # an estimate from the pairs done
+            "pytest-mps A/B: pair 2 of 5 (1 done in *s; about *s left)",
+            "pytest-mps A/B: pair 5 of 5 (4 done in *s; about *s left)",
             "*pytest-mps A/B comparison*",
             "pytest-mps A/B: HEAD (*) against this tree, 5 pairs of processes "
             "taking turns block by block*",
-            "this tree has uncommitted changes (* files, first pkg/__init__.py)*",
+            "this tree has uncommitted changes (*pkg/__init__.py)*",
             "Benchmark*HEAD*here*change*interval*p*verdict",
-            "test_b.py::test_work * slower",
+            "test_b.py::test_work * +* n/a * slower",
+            "no interval with 5 pairs: a 95% interval of the median ratio would "
+            "span the most extreme pairs*; 7 pairs or more give one*",
+            "pytest-mps A/B: 1 benchmark compared: 1 slower, 0 faster, 0 same",
+            # pytest's own last line counts them too
+            "=* 1 slower in *",
         ]
     )
     found = json.loads((repo.path / "ab.json").read_text())
@@ -90,8 +97,8 @@ def test_a_slower_tree_is_caught_and_both_sides_are_kept(repo: pytest.Pytester) 
         assert sorted(here_blocks)[5] > 2 * sorted(base_blocks)[5]
     assert record["p"] == 1 / 32
     assert record["verdict"] == "slower" and record["ratio"] > 2
-    low, high = record["ratio_ci95"]
-    assert 1 < low <= record["ratio"] <= high
+    # five pairs: no interval (see pairs.MIN_PAIRS_FOR_INTERVAL)
+    assert record["ratio_ci95"] is None
     assert found["dirty"][0] == "pkg/__init__.py"
     # the plain test is not a benchmark: it ran on neither side
     assert list(found["benchmarks"]) == ["test_b.py::test_work"]
@@ -230,3 +237,36 @@ def test_blocks_run_on_the_pairs_core_and_the_thread_gets_its_cores_back() -> No
     assert worker.env_value.split(",")[2] == str(min(cores))
     for fd in worker.child_fds:
         os.close(fd)
+
+
+def test_outside_a_git_repository_the_gate_is_one_usage_line(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_b=TESTS.replace("from pkg import work", "work = len"))
+    result = pytester.runpytest_subprocess(
+        *FAST, "--mps-benchmark-compare-rev=HEAD", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --mps-benchmark-compare-rev: * is not inside a git repository; "
+            "it measures a revision of the repository the tests are in beside its "
+            "working tree (run pytest from the repository)"
+        ]
+    )
+    assert "fatal:" not in result.stderr.str() + result.stdout.str()
+
+
+def test_seven_pairs_give_an_interval_and_fewer_none() -> None:
+    def outcome(count: int) -> ab.Outcome:
+        ratios = tuple(1.0 + 0.01 * i for i in range(count))
+        ratio, low, high, p, slower, faster = pairs.compare(ratios, 0.05)
+        return ab.Outcome("t", (), (), ratios, ratio, low, high, p, slower, faster)
+
+    assert not outcome(5).has_interval and outcome(5).as_dict()["ratio_ci95"] is None
+    assert not outcome(6).has_interval
+    seven = outcome(7)
+    assert seven.has_interval
+    low, high = seven.as_dict()["ratio_ci95"]
+    # the two most extreme Walsh averages at each end are left out
+    assert 1.0 < low <= seven.ratio <= high < 1.06

@@ -183,6 +183,31 @@ def test_compare_fail_fails_the_session_on_a_regression(
     assert result.ret == 0
 
 
+def test_a_baseline_without_the_gates_statistic_fails_naming_file_and_field(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(TESTS)
+    run(pytester, "--mps-benchmark-save=base").assert_outcomes(passed=3)
+    (path,) = saved(pytester)
+    doc = json.loads(path.read_text())
+    del doc["benchmarks"][0]["stats"]["median"]
+    path.write_text(json.dumps(doc))
+    result = run(
+        pytester,
+        "--mps-benchmark-compare=base",
+        "--mps-benchmark-compare-fail=median:10%",
+    )
+    # never a silent pass: the gate could not judge that benchmark
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        [
+            "ERROR: baseline *0001_base.json cannot be compared: its benchmark "
+            "'test_*' has no number at stats.median, which the threshold "
+            "median:10% needs; save a new baseline (--mps-benchmark-save NAME)"
+        ]
+    )
+
+
 BURST = """
 import time
 
@@ -391,11 +416,22 @@ def test_another_machines_runs_are_named_but_not_used(
     [
         (
             '{"benchmarks": [',
-            "is corrupt (not JSON: Expecting value at line 1 column 17)",
+            "is corrupt (not JSON: Expecting value, line 1 column 17); delete it "
+            "or save a new run",
+        ),
+        (
+            '{"benchmarks": [{"fullname": "x", "stats": {"median": "unterminated',
+            "is corrupt (not JSON: Unterminated string starting, line 1 column "
+            "55); delete it or save a new run",
         ),
         ('{"machine": 1}', "is not a benchmark file (no 'benchmarks' list"),
         ('{"benchmarks": [{"name": "x"}]}', "is not a benchmark file"),
-        ("\udcff", "cannot be read"),
+        (
+            "\udcff",
+            "is not UTF-8 text (byte 0: b'\\xff'): it is not a benchmark file "
+            "pytest-mps saved; pass another file, or delete it and save a new run "
+            "with --mps-benchmark-save NAME",
+        ),
     ],
 )
 def test_a_corrupt_baseline_is_a_clear_message(

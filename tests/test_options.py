@@ -125,3 +125,29 @@ def test_a_good_value_in_any_case_is_taken(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_a(): pass")
     result = pytester.runpytest("--mps-fallback=WARN", "--mps-benchmark-sort=Min")
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "mps_isolate",
+        "mps_watch_every_op",
+        "mps_audit_check",
+        "mps_parity_fresh",
+        "mps_benchmark_autosave",
+        "mps_benchmark_alias",
+    ],
+)
+def test_a_bad_boolean_ini_value_names_its_key_and_file(
+    pytester: pytest.Pytester, key: str
+) -> None:
+    pytester.makeini(f"[pytest]\n{key} = maybe\n")
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: ini option {key} in *tox.ini: invalid truth value 'maybe'; "
+            "use true or false"
+        ]
+    )

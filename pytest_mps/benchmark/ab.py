@@ -36,13 +36,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_mps.benchmark import baton
-from pytest_mps.benchmark.pairs import P_THRESHOLD, compare, pair_ratios
+from pytest_mps.benchmark.pairs import (
+    MIN_PAIRS_FOR_INTERVAL,
+    P_THRESHOLD,
+    compare,
+    pair_ratios,
+)
 
 #: Fewer pairs cannot reach P_THRESHOLD (four: 1/16 at best).
 MIN_PROCESSES = 5
@@ -103,10 +109,16 @@ class Outcome:
             "pair_ratios": list(self.pairs),
             "pair_blocks": [[list(b), list(h)] for b, h in self.blocks],
             "ratio": self.ratio,
-            "ratio_ci95": [self.low, self.high],
+            # no interval from fewer pairs: see pairs.MIN_PAIRS_FOR_INTERVAL
+            "ratio_ci95": [self.low, self.high] if self.has_interval else None,
             "p": self.p,
             "verdict": self.verdict,
         }
+
+    @property
+    def has_interval(self) -> bool:
+        """Enough pairs for an interval that extreme pairs do not set."""
+        return len(self.pairs) >= MIN_PAIRS_FOR_INTERVAL
 
     @property
     def verdict(self) -> str:
@@ -114,6 +126,27 @@ class Outcome:
         if self.regressed:
             return "slower"
         return "faster" if self.improved else "same"
+
+
+def check_repository(where: Path) -> Path:
+    """The top of the git repository ``where`` is in; ABError in one line if none."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        raise ABError(
+            "--mps-benchmark-compare-rev needs git, which is not installed here"
+        ) from None
+    if done.returncode != 0:
+        raise ABError(
+            f"--mps-benchmark-compare-rev: {where} is not inside a git repository; "
+            "it measures a revision of the repository the tests are in beside its "
+            "working tree (run pytest from the repository)"
+        )
+    return Path(done.stdout.strip()).resolve()
 
 
 def git(tree: Path, *args: str) -> str:
@@ -253,9 +286,14 @@ class Report:
             f"over the pairs' ratios) and over +{self.floor:.0%}"
         ]
         if self.dirty:
+            files = (
+                f"1 file: {self.dirty[0]}"
+                if len(self.dirty) == 1
+                else f"{len(self.dirty)} files, the first {self.dirty[0]}"
+            )
             out.append(
-                f"this tree has uncommitted changes ({len(self.dirty)} files, "
-                f"first {self.dirty[0]}): they are what is measured here"
+                f"this tree has uncommitted changes ({files}): they are what is "
+                "measured here"
             )
         rows = [
             [
@@ -263,7 +301,9 @@ class Report:
                 format_time(statistics.median(o.base)),
                 format_time(statistics.median(o.here)),
                 f"{(o.ratio - 1) * 100:+.1f}%",
-                f"[{(o.low - 1) * 100:+.1f}%, {(o.high - 1) * 100:+.1f}%]",
+                f"[{(o.low - 1) * 100:+.1f}%, {(o.high - 1) * 100:+.1f}%]"
+                if o.has_interval
+                else "n/a",
                 f"{o.p:.3f}",
                 o.verdict,
             ]
@@ -274,12 +314,37 @@ class Report:
                 ["Benchmark", self.rev, "here", "change", "interval", "p", "verdict"],
                 rows,
             )
+        if any(not o.has_interval for o in self.outcomes):
+            out.append(
+                f"no interval with {self.processes} pairs: a 95% interval of the "
+                "median ratio would span the most extreme pairs, so one disturbed "
+                f"pair would set it; {MIN_PAIRS_FOR_INTERVAL} pairs or more give one "
+                "(--mps-benchmark-compare-processes)"
+            )
         out += [f"only at {self.rev}, not measured here: {n}" for n in self.only_base]
         out += [f"only here, not at {self.rev}: {n}" for n in self.only_here]
         out += self.failures
         if not self.outcomes and not self.failures:
             out.append("no benchmark ran on both sides: nothing was compared")
+        out.append(f"pytest-mps A/B: {self.counts_line()}")
         return out
+
+    def counts(self) -> dict[str, int]:
+        """Benchmarks compared, and how many read slower, faster and same."""
+        verdicts = [o.verdict for o in self.outcomes]
+        return {
+            "compared": len(verdicts),
+            **{v: verdicts.count(v) for v in ("slower", "faster", "same")},
+        }
+
+    def counts_line(self) -> str:
+        """``3 benchmarks compared: 1 slower, 0 faster, 2 same``."""
+        counts = self.counts()
+        noun = "benchmark" if counts["compared"] == 1 else "benchmarks"
+        return (
+            f"{counts['compared']} {noun} compared: {counts['slower']} slower, "
+            f"{counts['faster']} faster, {counts['same']} same"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON file's content."""
@@ -306,7 +371,7 @@ def run(
     progress: Any = print,
 ) -> Report:
     """Measure REV and this tree in alternating processes; compare."""
-    top = Path(git(invocation, "rev-parse", "--show-toplevel")).resolve()
+    top = check_repository(invocation)
     # both resolved: on macOS /tmp is /private/tmp, and git names the latter
     invocation = invocation.resolve()
     try:
@@ -327,12 +392,16 @@ def run(
         try:
             base_side, here_side = Side(rev, tree), Side("here", top)
             failures: list[str] = []
+            started = time.monotonic()
             for index in range(processes):
                 # who takes the first turn alternates from pair to pair
                 pair = (
                     [base_side, here_side] if index % 2 == 0 else [here_side, base_side]
                 )
-                progress(f"pytest-mps A/B: pair {index + 1} of {processes}")
+                progress(
+                    f"pytest-mps A/B: pair {index + 1} of {processes}"
+                    + _eta(index, processes, time.monotonic() - started)
+                )
                 failures += run_pair(index, pair, kept, Path(temp), invocation, top)
                 if failures:
                     break
@@ -379,6 +448,19 @@ def run(
         failures,
         dirty,
     )
+
+
+def _eta(done: int, total: int, elapsed: float) -> str:
+    """`` (2 done in 3m 10s; about 7m 55s left)``, from the pairs done so far."""
+    if done == 0:
+        return ""
+    left = elapsed / done * (total - done)
+    return f" ({done} done in {_clock(elapsed)}; about {_clock(left)} left)"
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m {rest:02d}s" if minutes else f"{rest}s"
 
 
 def floor_of(exprs: Sequence[Any]) -> float:

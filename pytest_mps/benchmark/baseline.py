@@ -107,12 +107,24 @@ def load_baseline(path: Path, key: str) -> tuple[dict[str, Any], str | None]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
+        # json's messages end in "at": "Unterminated string starting at"
+        reason = exc.msg.removesuffix(" at")
         raise BaselineError(
-            f"baseline {where} is corrupt (not JSON: {exc.msg} at line "
-            f"{exc.lineno} column {exc.colno}); delete it or save a new run"
+            f"baseline {where} is corrupt (not JSON: {reason}, line {exc.lineno} "
+            f"column {exc.colno}); delete it or save a new run"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"baseline {where} cannot be read: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BaselineError(
+            f"baseline {where} is not UTF-8 text (byte {exc.start}: "
+            f"{exc.object[exc.start : exc.start + 1]!r}): it is not a benchmark "
+            "file pytest-mps saved; pass another file, or delete it and save a "
+            "new run with --mps-benchmark-save NAME"
+        ) from None
+    except OSError as exc:
+        raise BaselineError(
+            f"baseline {where} cannot be read ({exc.strerror or exc}); check its "
+            "permissions, or save a new run"
+        ) from None
     benches = doc.get("benchmarks") if isinstance(doc, dict) else None
     if not isinstance(benches, list) or not all(
         isinstance(b, dict) and isinstance(b.get("stats"), dict) and "fullname" in b

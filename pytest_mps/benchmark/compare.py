@@ -157,6 +157,10 @@ def _ci(entry: Entry) -> list[float] | None:
     return found if isinstance(found, list) and len(found) == 2 else None
 
 
+class MissingStatistic(ValueError):
+    """A baseline lacks the statistic a threshold compares: never a pass."""
+
+
 def regressions(
     current: Iterable[Entry], baseline: Mapping[str, Any], default: list[FailExpr]
 ) -> tuple[list[Regression], dict[str, float]]:
@@ -178,7 +182,13 @@ def regressions(
         exprs = [parse_fail_expr(t, "marker") for t in own] if own else default
         verdict: Verdict | None = None
         for expr in exprs:
-            if expr.stat not in old_stats or expr.stat not in stats:
+            value = old_stats.get(expr.stat)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise MissingStatistic(
+                    f"its benchmark {bench['fullname']!r} has no number at "
+                    f"stats.{expr.stat}, which the threshold {expr} needs"
+                )
+            if expr.stat not in stats:
                 continue
             if stats[expr.stat] <= expr.limit(old_stats[expr.stat]):
                 continue

@@ -15,6 +15,12 @@ from collections.abc import Sequence
 
 #: A one-sided p below this says a side is slower (five pairs reach 1/32).
 P_THRESHOLD = 0.05
+#: Fewer pairs give no interval worth printing: the 95% Hodges-Lehmann
+#: interval's ends are then the lowest and highest Walsh averages (six pairs:
+#: the second lowest at best), so one disturbed pair sets an end (a session
+#: under load read [-5.6%, +15971.3%] with five). Seven pairs drop the two most
+#: extreme averages at each end.
+MIN_PAIRS_FOR_INTERVAL = 7
 
 
 def _rank_sum_counts(n: int) -> list[int]:

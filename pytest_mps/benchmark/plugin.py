@@ -112,6 +112,13 @@ def _check_gate(config: pytest.Config, options: BenchmarkOptions) -> None:
                 "--mps-benchmark-compare-rev runs its processes one at a time: "
                 "leave out -n (or pass -n 0)"
             )
+        from pytest_mps.benchmark import ab
+
+        if not hasattr(config, "workerinput"):
+            try:
+                ab.check_repository(Path(config.invocation_params.dir))
+            except ab.ABError as exc:
+                raise pytest.UsageError(str(exc)) from None
         return  # compare-fail's median:X% is the A/B's floor
     if not options.compare_fail:
         return
@@ -171,6 +178,15 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         write_atomic(options.json, report.as_dict())
     if report.failed:
         session.testsfailed += 1
+    if reporter is not None:
+        # pytest's last line counts them ("1 slower, 2 same in 40.2s"), not
+        # "no tests ran"
+        from pytest_mps.benchmark.session import Regressed
+
+        for outcome in report.outcomes:
+            reporter.stats.setdefault(outcome.verdict, []).append(
+                Regressed(outcome.name, outcome.verdict)
+            )
     return True
 
 

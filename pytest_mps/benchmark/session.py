@@ -14,18 +14,19 @@ if TYPE_CHECKING:
 
 
 class Regressed:
-    """A regressed benchmark in the terminal's stats (its summary line counts it).
+    """A benchmark's verdict in the terminal's stats (its summary line counts it).
 
-    Shaped like a report, since plugins walk every entry of the stats (the
-    Hypothesis plugin reads each one's ``__dict__``).
+    ``regressed`` against a saved baseline; ``slower``, ``faster`` or ``same``
+    in the A/B gate. Shaped like a report, since plugins walk every entry of
+    the stats (the Hypothesis plugin reads each one's ``__dict__``).
     """
 
     when = "call"
-    outcome = "regressed"
     longrepr = None
     count_towards_summary = True
 
-    def __init__(self, nodeid: str) -> None:
+    def __init__(self, nodeid: str, outcome: str = "regressed") -> None:
+        self.outcome = outcome
         self.nodeid = nodeid
         self.location = (nodeid.split("::", 1)[0], None, nodeid)
         self.keywords: dict[str, Any] = {}
@@ -160,10 +161,17 @@ class BenchmarkSession:
             return
         if differ is not None:
             self.messages.append(f"warning: {differ}: the comparison mixes them")
+        try:
+            self.regressions, self.changes = compare.regressions(
+                self.entries, base_doc, list(opts.compare_fail)
+            )
+        except compare.MissingStatistic as exc:
+            self.usage_error = (
+                f"baseline {path} cannot be compared: {exc}; save a new baseline "
+                "(--mps-benchmark-save NAME)"
+            )
+            return
         self.messages.append(f"compared with {path}")
-        self.regressions, self.changes = compare.regressions(
-            self.entries, base_doc, list(opts.compare_fail)
-        )
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -192,7 +200,8 @@ class BenchmarkSession:
             elif waited >= 0.01:  # an uncontended lock costs microseconds
                 tr.write_line(
                     f"pytest-mps benchmark: measured one at a time on this machine; "
-                    f"benchmarks waited {waited:.2f} s in all for another session's"
+                    f"benchmarks waited {waited:.2f} s in all for other sessions' "
+                    "benchmarks to finish"
                 )
         for message in self.messages:
             tr.write_line(f"pytest-mps benchmark: {message}")
