@@ -146,3 +146,54 @@ def test_a_benchmark_table_under_emulation_says_its_times_are_the_cpus(
     for column in ("Verdict", "Dispatch/complete", "Events median", "Peak memory"):
         assert column not in header
     assert "host-bound" not in out and "device-bound" not in out
+
+
+def test_a_refusal_inside_a_torch_function_shows_the_users_line_in_few_lines(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import torch
+        import torch.nn.functional as F
+
+
+        def test_loss(device):
+            logits = torch.randn(4, 3, device=device)
+            target = torch.tensor([0, 1, 2, 0])  # left on the CPU
+            loss = F.cross_entropy(logits, target)
+            assert loss > 0
+        """
+    )
+    result = pytester.runpytest("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "_ test_loss[mps] _" in line)
+    end = next(i for i, line in enumerate(lines) if "short test summary" in line)
+    failure = lines[start:end]
+    text = "\n".join(failure)
+    assert len(failure) <= 20, text
+    assert ">       loss = F.cross_entropy(logits, target)" in text
+    assert (
+        "E       RuntimeError: Placeholder storage has not been allocated on MPS"
+        in text
+    )
+    # torch's frames (overrides.py and its docstring) are left out
+    assert "overrides.py" not in text and "handle_torch_function" not in text
+
+
+def test_full_trace_still_shows_torchs_frames(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import torch
+        import torch.nn.functional as F
+
+
+        def test_loss(device):
+            F.cross_entropy(torch.randn(4, 3, device=device), torch.tensor([0, 1, 2, 0]))
+        """
+    )
+    result = pytester.runpytest(
+        "--mps-emulate", "--full-trace", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(failed=1)
+    assert "overrides.py" in result.stdout.str()

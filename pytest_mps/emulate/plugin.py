@@ -319,11 +319,19 @@ def pytest_runtest_makereport(
         return report
     from pytest_mps.emulate import messages, refused, tags
 
+    refused_here = False
+    if report.failed and call.excinfo is not None:
+        shorter = _without_library_frames(item.config, call.excinfo)
+        if shorter is not None:
+            report.longrepr = shorter
+            refused_here = True
+
     start = item.stash.get(_made_key, None)
     if start is not None:
         setattr(report, USED, tags.made[0] > start)
     draw = refused.draws[0]
-    if report.failed and draw is not None and call.when == "call":
+    # a refusal is not a value a seed decides: no word on random numbers then
+    if report.failed and draw is not None and call.when == "call" and not refused_here:
         report.sections.append(
             (
                 "pytest-mps emulate: random numbers",
@@ -342,6 +350,48 @@ def pytest_runtest_makereport(
     ):
         report.longrepr = _one_line(excinfo)
     return report
+
+
+_EMULATE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _without_library_frames(
+    config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException]
+) -> Any | None:
+    """An error the emulation raised, shown with the user's frames only; or None.
+
+    A refusal raised inside a torch function (``F.cross_entropy``) otherwise
+    shows ``torch/overrides.py`` with its docstring, about 90 lines, before
+    PyTorch's message. For an error raised in the emulation's code, the
+    failure keeps the frames outside torch, pytest and pytest-mps, and the
+    message, which is PyTorch's, as on a Mac. pytest's own filter cannot be
+    given the shorter traceback (it cuts at the test function, which walks the
+    frames again), so the failure is formatted here, in the style pytest's
+    default would use; ``--tb`` other than auto and long, and ``--full-trace``,
+    are left as they are.
+    """
+    from pytest_mps.watch.locations import is_library
+
+    if config.getoption("fulltrace", False) or config.getoption(
+        "tbstyle", "auto"
+    ) not in ("auto", "long"):
+        return None
+    entries = list(excinfo.traceback)
+    if not any(
+        os.path.abspath(str(entry.path)).startswith(_EMULATE_DIR) for entry in entries
+    ):
+        return None
+    kept = excinfo.traceback.filter(lambda entry: not is_library(str(entry.path)))
+    if not kept:
+        return None
+    excinfo.traceback = kept
+    return excinfo.getrepr(
+        funcargs=True,
+        showlocals=bool(config.getoption("showlocals", False)),
+        style="long",
+        tbfilter=False,
+        truncate_locals=config.get_verbosity() <= 1,
+    )
 
 
 def _one_line(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
