@@ -330,18 +330,18 @@ def pytest_mps_ci_note(source: str) -> str:
     found = find_source(template_folder()) if source.strip() == AUTO else None
     if pytest_mps_origin(found.source if found else source) != "path":
         return found.warning if found else ""
-    index = "a version range on a package index ('>=0.1,<0.2')"
-    vcs = "a VCS URL ('git+https://HOST/OWNER/pytest-mps.git@REF')"
+    # one short line: the bake's first words to a newcomer (docs/template.md
+    # gives the forms' examples)
     if found is None:
         return (
             "no CI workflow written: pytest_mps_source is a path, which a CI machine"
-            f" does not have; for CI, bake with pytest_mps_source set to {index} or"
-            f" {vcs}"
+            " does not have; for CI, answer a version range on a package index or a"
+            " VCS URL (docs/template.md)"
         )
     return (
-        "no CI workflow written: the project's CI needs a source for pytest-mps,"
-        f" and {found.why_not_vcs}; bake with pytest_mps_source set to {index},"
-        f" {vcs} or a path (this machine only, as now)"
+        f"no CI workflow written ({found.why_not_vcs}); for CI, answer"
+        " pytest_mps_source with a version range on a package index, a VCS URL or"
+        " a path (docs/template.md)"
     )
 
 

@@ -300,7 +300,11 @@ def test_the_readme_main_job_runs_twice_in_a_row(
     After baking, it runs the generated README's own main job, so this runs both.
     """
     main_job = readme_blocks().block("main-job")
-    steps = [step.strip() for step in main_job.replace("\\\n", " ").split("&&")]
+    # the project's commands run in a subshell, so the shell stays in the clone
+    steps = [
+        step.strip().lstrip("(").rstrip(")")
+        for step in main_job.replace("\\\n", " ").split("&&")
+    ]
     after_cd = steps[steps.index('cd "$demo/tiny-gpt"') + 1 :]
     assert after_cd == readme_main_job(installed[0])
     python = throwaway_environment(tmp_path, site_dirs, {"tiny-gpt"})
