@@ -189,7 +189,8 @@ def test_full_trace_still_shows_torchs_frames(pytester: pytest.Pytester) -> None
 
 
         def test_loss(device):
-            F.cross_entropy(torch.randn(4, 3, device=device), torch.tensor([0, 1, 2, 0]))
+            target = torch.tensor([0, 1, 2, 0])
+            F.cross_entropy(torch.randn(4, 3, device=device), target)
         """
     )
     result = pytester.runpytest(
