@@ -151,3 +151,29 @@ def test_a_bad_boolean_ini_value_names_its_key_and_file(
             "use true or false"
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        (
+            "mps_allow_fallback",
+            "bogus!",
+            "'bogus!' is not an op name such as aten::_linalg_svd or "
+            "aten::index.Tensor",
+        ),
+        (
+            "mps_audit_ignore",
+            "float64",
+            "'float64' is not 'path: name, name  # reason'*",
+        ),
+    ],
+)
+def test_a_bad_list_ini_value_is_one_line_while_its_feature_is_off(
+    pytester: pytest.Pytester, key: str, value: str, expected: str
+) -> None:
+    pytester.makeini(f"[pytest]\n{key} = {value}\n")
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: ini option {key} in *tox.ini: {expected}"])

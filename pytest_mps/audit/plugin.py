@@ -143,6 +143,9 @@ def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, ignores.MARKER)
     settings = config.stash[settings_key] = read_settings(config)
     if settings.level == "off":
+        # the ini's silences are checked even while the audit is off
+        if config.getini("mps_audit_ignore"):
+            ignores.parse_ini(config)
         return
     from pytest_mps import backend
     from pytest_mps import ops as mps_ops

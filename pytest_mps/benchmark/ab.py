@@ -128,8 +128,12 @@ class Outcome:
         return "faster" if self.improved else "same"
 
 
-def check_repository(where: Path) -> Path:
-    """The top of the git repository ``where`` is in; ABError in one line if none."""
+def check_repository(where: Path, setting: str = "--mps-benchmark-compare-rev") -> Path:
+    """The top of the git repository ``where`` is in; ABError in one line if none.
+
+    ``setting`` names where the gate was asked for (the flag, or the ini key
+    and its file).
+    """
     try:
         done = subprocess.run(
             ["git", "-C", str(where), "rev-parse", "--show-toplevel"],
@@ -137,12 +141,10 @@ def check_repository(where: Path) -> Path:
             text=True,
         )
     except FileNotFoundError:
-        raise ABError(
-            "--mps-benchmark-compare-rev needs git, which is not installed here"
-        ) from None
+        raise ABError(f"{setting} needs git, which is not installed here") from None
     if done.returncode != 0:
         raise ABError(
-            f"--mps-benchmark-compare-rev: {where} is not inside a git repository; "
+            f"{setting}: {where} is not inside a git repository; "
             "it measures a revision of the repository the tests are in beside its "
             "working tree (run pytest from the repository)"
         )

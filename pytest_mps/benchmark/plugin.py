@@ -115,8 +115,13 @@ def _check_gate(config: pytest.Config, options: BenchmarkOptions) -> None:
         from pytest_mps.benchmark import ab
 
         if not hasattr(config, "workerinput"):
+            setting = (
+                "--mps-benchmark-compare-rev"
+                if config.getoption("mps_benchmark_compare_rev")
+                else f"ini option mps_benchmark_compare_rev in {config.inipath}"
+            )
             try:
-                ab.check_repository(Path(config.invocation_params.dir))
+                ab.check_repository(Path(config.invocation_params.dir), setting)
             except ab.ABError as exc:
                 raise pytest.UsageError(str(exc)) from None
         return  # compare-fail's median:X% is the A/B's floor

@@ -120,6 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # which files hold the tests' own checks (asserts): the ones pytest collects
     attribution.set_test_files(config.getini("python_files"))
     config.stash[settings.expected_syncs_key] = settings.parse_expected_syncs(config)
+    settings.check_allowed_fallbacks(config)
     sink = config.stash[_sink_key] = _Rows(config)
     config.pluginmanager.register(sink, "pytest-mps-watch-rows")
     config.stash[settings.mixed_mode_key] = mixed_mode = settings.mixed_mode(config)

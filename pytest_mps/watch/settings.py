@@ -8,6 +8,7 @@ never from :mod:`.plugin`.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -147,3 +148,17 @@ def every_op(config: pytest.Config) -> bool:
     """``--mps-watch-every-op`` or its ini twin."""
     value = config.getoption("mps_watch_every_op")
     return bool(config.getini("mps_watch_every_op") if value is None else value)
+
+
+_OP_NAME = re.compile(r"^(\w+::)?[A-Za-z_]\w*(\.\w+)?$")
+
+
+def check_allowed_fallbacks(config: pytest.Config) -> None:
+    """Each ``mps_allow_fallback`` line is an op name; one usage line otherwise."""
+    for line in config.getini("mps_allow_fallback"):
+        if not _OP_NAME.match(str(line).strip()):
+            raise pytest.UsageError(
+                f"ini option mps_allow_fallback in {config.inipath}: {str(line)!r} "
+                "is not an op name such as aten::_linalg_svd or "
+                "aten::index.Tensor"
+            )
