@@ -12,7 +12,6 @@ rather than an argparse error, which pytest prints with four lines of usage.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -23,6 +22,8 @@ T = TypeVar("T")
 
 def closest(word: str, valid: Sequence[str]) -> str | None:
     """The valid value ``word`` was most likely meant to be, or None."""
+    import difflib  # only for a bad value: 0.6 ms at every start-up otherwise
+
     found = difflib.get_close_matches(word.strip().lower(), list(valid), 1, 0.6)
     return found[0] if found else None
 
