@@ -15,8 +15,9 @@ MPS tensors), :mod:`.scripts` (TorchScript's outputs tagged, as it runs below
 the mode), :mod:`.explain` (``torch._dynamo.explain`` traced outside the
 mode), :mod:`.extensions` (C++ extensions built against MPS, named not
 emulated), :mod:`.serialization` (``torch.save``/``torch.load`` as on a Mac),
-:mod:`.install` (putting it all into torch and taking it out), and
-:mod:`.plugin`, the front door (``--mps-emulate``).
+:mod:`.install` (putting it all into torch and taking it out),
+:mod:`.failures` (how a failure reads: the user's line and PyTorch's
+message), and :mod:`.plugin`, the front door (``--mps-emulate``).
 """
 
 from __future__ import annotations

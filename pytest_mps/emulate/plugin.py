@@ -321,7 +321,9 @@ def pytest_runtest_makereport(
 
     refused_here = False
     if report.failed and call.excinfo is not None:
-        shorter = _without_library_frames(item.config, call.excinfo)
+        from pytest_mps.emulate.failures import without_library_frames
+
+        shorter = without_library_frames(item.config, call.excinfo)
         if shorter is not None:
             report.longrepr = shorter
             refused_here = True
@@ -348,62 +350,10 @@ def pytest_runtest_makereport(
         and excinfo is not None
         and isinstance(excinfo.value, messages.NotEmulatedError)
     ):
-        report.longrepr = _one_line(excinfo)
+        from pytest_mps.emulate.failures import one_line
+
+        report.longrepr = one_line(excinfo)
     return report
-
-
-_EMULATE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _without_library_frames(
-    config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException]
-) -> Any | None:
-    """An error the emulation raised, shown with the user's frames only; or None.
-
-    A refusal raised inside a torch function (``F.cross_entropy``) otherwise
-    shows ``torch/overrides.py`` with its docstring, about 90 lines, before
-    PyTorch's message. For an error raised in the emulation's code, the
-    failure keeps the frames outside torch, pytest and pytest-mps, and the
-    message, which is PyTorch's, as on a Mac. pytest's own filter cannot be
-    given the shorter traceback (it cuts at the test function, which walks the
-    frames again), so the failure is formatted here, in the style pytest's
-    default would use; ``--tb`` other than auto and long, and ``--full-trace``,
-    are left as they are.
-    """
-    from pytest_mps.watch.locations import is_library
-
-    if config.getoption("fulltrace", False) or config.getoption(
-        "tbstyle", "auto"
-    ) not in ("auto", "long"):
-        return None
-    entries = list(excinfo.traceback)
-    if not any(
-        os.path.abspath(str(entry.path)).startswith(_EMULATE_DIR) for entry in entries
-    ):
-        return None
-    kept = excinfo.traceback.filter(lambda entry: not is_library(str(entry.path)))
-    if not kept:
-        return None
-    excinfo.traceback = kept
-    return excinfo.getrepr(
-        funcargs=True,
-        showlocals=bool(config.getoption("showlocals", False)),
-        style="long",
-        tbfilter=False,
-        truncate_locals=config.get_verbosity() <= 1,
-    )
-
-
-def _one_line(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
-    """``path:line: NotEmulatedError: ...`` at the user's frame that called."""
-    from pytest_mps.watch.locations import is_library
-
-    where = ""
-    for entry in reversed(excinfo.traceback):
-        if not is_library(str(entry.path)):
-            where = f"{entry.path}:{entry.lineno + 1}: "
-            break
-    return f"{where}{type(excinfo.value).__name__}: {excinfo.value}"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
