@@ -108,3 +108,33 @@ def argparse_check(
         return value
 
     return check
+
+
+def read_setting(
+    config: pytest.Config,
+    name: str,
+    parse: Callable[[str, str], T],
+    default: T | None = None,
+) -> T | None:
+    """An option stored as text (``argparse_check``), else its ini twin, parsed.
+
+    The command line wins, read in the early config too; an ini key of a
+    blocked family reads ``default``. A bad value is one usage line naming the
+    flag, or the ini key and its file.
+    """
+    value = config.getoption(name, None)
+    if value is None:
+        value = getattr(config.known_args_namespace, name, None)
+    where = "--" + name.replace("_", "-")
+    if value is None:
+        try:
+            value = config.getini(name)
+        except ValueError:  # not registered: the family is blocked
+            return default
+        where = f"ini option {name} in {config.inipath}"
+    if value is None or value == "":
+        return default
+    try:
+        return parse(str(value), where)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None

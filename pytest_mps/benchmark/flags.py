@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_mps.benchmark import options as o
-from pytest_mps.options import argparse_check
+from pytest_mps.options import argparse_check, read_setting
 
 ONLY_HELP = "run only the tests that use the mps_benchmark fixture."
 SKIP_HELP = "skip the tests that use the mps_benchmark fixture."
@@ -208,17 +208,7 @@ def add_options(parser: pytest.Parser) -> None:
 
 def _setting(config: pytest.Config, name: str, parse: Callable[[str, str], Any]) -> Any:
     """An option's value, command line over ini, validated naming its source."""
-    value = config.getoption(name)
-    where = "--" + name.replace("_", "-")
-    if value is None:
-        value = config.getini(name)
-        where = f"ini option {name} in {config.inipath}"
-    if value is None or value == "":
-        return None
-    try:
-        return parse(str(value), where)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    return read_setting(config, name, parse)
 
 
 def _switch(config: pytest.Config, name: str) -> bool:

@@ -86,26 +86,11 @@ def parse_timeout(value: str, where: str) -> float:
 def setting(
     config: pytest.Config, name: str, parse: Callable[[str, str], T], default: T
 ) -> T:
-    """The option ``name`` (command line, even in the early config), else its ini twin.
+    """The option ``name``, else its ini twin, or ``default`` (see read_setting)."""
+    from pytest_mps.options import read_setting
 
-    A bad value is one usage line naming the flag or the ini file.
-    """
-    value = config.getoption(name, None)
-    if value is None:
-        value = getattr(config.known_args_namespace, name, None)
-    where = "--" + name.replace("_", "-")
-    if value is None:
-        try:
-            value = config.getini(name)
-        except ValueError:  # not registered: the family is blocked
-            return default
-        where = f"ini option {name} in {config.inipath}"
-    if value is None or value == "":
-        return default
-    try:
-        return parse(str(value), where)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    found = read_setting(config, name, parse, default)
+    return default if found is None else found
 
 
 def policy(config: pytest.Config) -> str:
