@@ -9,9 +9,12 @@ it judges both halves of it:
 - **false alarm**: fails emulated where a Mac passes;
 - **miss**: expects an MPS error and gets none ("not raised", "DID NOT
   RAISE"), or is marked failing on MPS by PyTorch and passes emulated;
-- **not emulatable**: fails with the emulation's ``NotEmulatedError`` (Metal
-  shaders, the profiler, MPS-only ops), or is listed in :data:`NOT_EMULATABLE`
-  with the reason (Metal's numerics, MPS's random stream);
+- **not emulatable**: fails with a line of the emulation's own naming what is
+  not emulated: ``NotEmulatedError`` (Metal shaders, the profiler, MPS-only
+  ops), or, for a test that fails or passes unexpectedly, what it touched
+  that the emulation does not reproduce (MPS's random stream, the order of
+  its sorts and parallel writes, Metal's numerics PyTorch names, another
+  Python process: ``pytest_mps/emulate/unreproduced.py``);
 - **newer**: tests a kernel the installed torch lacks on MPS
   (:data:`NEWER_KERNELS`) or behaviour it lacks (:data:`NEWER_TESTS`), when
   the file is newer than the torch.
@@ -26,10 +29,12 @@ release tag (``v2.13.0``) from GitHub; the file used, its sha256 and how near
 it is to the installed torch are printed first. The runs are the hand-written
 classes one by one, ``TestErrorInputs``, and the float32, float16 and bfloat16
 slices of ``TestConsistency``; the large-memory tests are deselected
-(:data:`DESELECT`). The file reads the machine's memory with ``sysctl -n
-hw.memsize`` at import: the script puts a ``sysctl`` that answers that one
-question on the runs' ``PATH`` (the emulation leaves subprocesses as Linux).
-Not for CI: the whole run takes about an hour on 2 cores.
+(:data:`DESELECT`); an empty Metal library stands in for the one PyTorch
+keeps beside the file (:func:`metallib_stand_in`). The file reads the
+machine's memory with ``sysctl -n hw.memsize`` at import: the script puts a
+``sysctl`` that answers that one question on the runs' ``PATH`` (the
+emulation leaves subprocesses as Linux). Not for CI: the whole run takes
+about 25 minutes on 2 workers.
 """
 
 from __future__ import annotations
@@ -94,62 +99,6 @@ DESELECT = (
     "large",
 )
 
-#: Failures a Mac does not have that the emulation cannot avoid, by test-id
-#: pattern, with the reason. Each was read from the test's source.
-_STREAM = "MPS's random stream (Philox in Metal): masks and samples differ"
-NOT_EMULATABLE: dict[str, str] = {
-    # PyTorch's MPS lists xfail these for MPS's own random draws, which
-    # diverge from the CPU's reference; emulated, both sides are the CPU's
-    r"grad_match_nn_functional_(alpha_|feature_alpha_)?dropout": _STREAM,
-    r"match_nn_functional_scaled_dot_product_attention": _STREAM + " (dropout)",
-    r"match_nn_functional_multi_head_attention_forward": _STREAM + " (dropout)",
-    r"match_pca_lowrank": _STREAM + " (sign of singular vectors)",
-    # Marked failing by PyTorch where the Mac's kernel raises nothing for
-    # these inputs: the failure is in the Mac's numbers, not reproduced here
-    r"match_(log_softmax|softmax|nn_functional_softmin)_with_dtype_mps_float32": (
-        "Metal's numerics: MPS's bfloat16 (log_)softmax and its backward run "
-        "in bfloat16 (SoftMax.mm builds the backward graph in the output's "
-        "dtype), where the CPU's kernel accumulates in float; the float32 "
-        "input's gradient is compared at float32 tolerance"
-    ),
-    r"match_masked_median_mps": (
-        "Metal's numerics: masked rows are NaN, and MPS's nanmedian sorts "
-        "with MPSGraph and gathers at (valid count + 1) / 2 - 1 "
-        "(ReduceOps.mm, median_out_mps_common), -1 for a fully masked row; "
-        "where MPSGraph's sort puts NaN and what its gather gives for -1 "
-        "cannot be read here"
-    ),
-    r"grad_match_native_group_norm_mps_float32": (
-        "Metal's numerics: PyTorch's OpInfo marks it 'likely due to "
-        "dispatching through infinitely_differentiable_native_group_norm_"
-        "backward', a gradient formula whose float32 result differs on MPS"
-    ),
-    r"test_mps_allocator_module": "the MPS allocator's statistics (Metal heaps)",
-    r"test_load_precompiled_metallib": "a Metal library compiled on a Mac",
-    r"test_warn_on_not_implemented_with_fallback": (
-        "a new Python process, which does not load the emulation"
-    ),
-    r"test_exp_complex_real_axis_extremes|test_linalg_lu_factor_ex"
-    r"|grid_sampler_\dd_mps_(b?float16)|grid_sampler_3d_half_precision": (
-        "Metal's numerics: at the edges (infinities), and half precision "
-        "(the CPU's grid sampler rounds in half where Metal's kernel computes "
-        "wider)"
-    ),
-    r"test_dirichlet_num_alpha_\d+_(b?float16)": (
-        _STREAM + ": the CPU's float16 (bfloat16) torch.rand gives an exact 0 "
-        "about once in 2,900 (560) draws (measured, torch 2.13), a concentration "
-        "Dirichlet refuses; MPSGraph draws its own"
-    ),
-    r"test_index_put_deterministic": (
-        "the order MPS's parallel index_put_ writes duplicate indices in "
-        "(pytorch#97574): the test expects the Mac's result to differ"
-    ),
-    r"match_(arg|m)?sort_mps_b?float16": (
-        "the order MPS's sort gives equal half-precision keys (PyTorch's "
-        "comment: undefined behaviour)"
-    ),
-}
-
 #: Kernels the file tests that the installed torch's native_functions.yaml
 #: lacks for MPS (the copy in this workplace is slightly newer than torch
 #: 2.13): a Mac with this torch raises PyTorch's NotImplementedError there too,
@@ -182,6 +131,8 @@ _NOT_IMPLEMENTED = re.compile(
     r"The operator '(aten::[\w.]+)' is not currently implemented for the MPS device"
 )
 
+#: The emulation's own words for what it does not emulate (messages.py).
+NOT_EMULATED = "not emulated by pytest-mps"
 MISS_LINES = re.compile(
     r"not raised|DID NOT RAISE|DID NOT WARN|Unexpected success|XPASS\(strict\)"
     r"|expected .*(Error|Warning).* but got none|Regex didn.t match|does not match"
@@ -218,6 +169,20 @@ def sysctl_shim(directory: Path) -> None:
         'exit 0; fi\nexec /usr/sbin/sysctl "$@"\n'
     )
     shim.chmod(0o755)
+
+
+def metallib_stand_in(directory: Path) -> None:
+    """An empty ``metal/test_kernels.metallib`` beside the file, if none is there.
+
+    ``test_load_precompiled_metallib`` reads a Metal library PyTorch keeps in
+    its repository, which the copies of ``test_mps.py`` used here lack; the
+    stand-in lets the test reach ``torch.mps.load_metallib``, which is what
+    it tests (on a Mac as here, a missing file fails it first).
+    """
+    target = directory / "metal" / "test_kernels.metallib"
+    if not target.exists():
+        target.parent.mkdir(exist_ok=True)
+        target.write_bytes(b"")
 
 
 class Outcome:
@@ -271,11 +236,8 @@ def classify(test_id: str, outcome: Outcome) -> str:
         return "newer"
     if any(re.search(pattern, test_id) for pattern in NEWER_TESTS):
         return "newer"
-    if "NotEmulatedError" in outcome.text:
+    if NOT_EMULATED in outcome.text:
         return "not emulatable"
-    for pattern, _reason in NOT_EMULATABLE.items():
-        if re.search(pattern, test_id):
-            return "not emulatable"
     if MISS_LINES.search(outcome.first_line) or MISS_LINES.search(outcome.text):
         return "miss"
     return "false alarm"
@@ -354,6 +316,7 @@ def main() -> int:
     bin_dir = workdir / "bin"
     bin_dir.mkdir(exist_ok=True)
     sysctl_shim(bin_dir)
+    metallib_stand_in(workdir)
     environment = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
@@ -401,9 +364,6 @@ def main() -> int:
         f"{totals['false alarm']:6d} {totals['miss']:5d} "
         f"{totals['not emulatable']:8d} {totals['newer']:6d}"
     )
-    print("\nnot emulatable, by the script's table (NOT_EMULATABLE):")
-    for pattern, reason in NOT_EMULATABLE.items():
-        print(f"  {pattern}: {reason}")
     plural = {
         "false alarm": "false alarms",
         "miss": "misses",

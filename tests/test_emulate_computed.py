@@ -259,3 +259,34 @@ def test_masked_scatter_takes_a_uint8_mask_and_refuses_a_float_one(
         pytest.raises(RuntimeError, match="only supports boolean masks"),
     ):
         torch.zeros(4).masked_scatter(torch.ones(4, dtype=torch.uint8), source.cpu())
+
+
+@pytest.mark.skipif(
+    kernels.torch_release(torch.__version__) < (2, 13),
+    reason="torch 2.6's MPS has no grid_sampler_3d and no grid_sampler_2d_backward "
+    "(its native_functions.yaml): the emulation refuses them as a Mac does",
+)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_half_grid_sampling_computes_in_float32(
+    emulated: Emulation, dtype: torch.dtype, dims: int
+) -> None:
+    # test_mps.py's reference: the float32 result rounded once, as MPS's
+    # float32 intermediates give it; the CPU's half kernel rounds every step
+    torch.manual_seed(0)
+    size = (2, 3) + (5,) * dims
+    image = torch.randn(size).to(dtype).requires_grad_(True)
+    grid = (torch.rand((2,) + (4,) * dims + (dims,)) * 2 - 1).to(dtype)
+    on_cpu = torch.nn.functional.grid_sample(image, grid, align_corners=False)
+    device_image = image.detach().to("mps").requires_grad_(True)
+    out = torch.nn.functional.grid_sample(
+        device_image, grid.to("mps"), align_corners=False
+    )
+    wide = torch.nn.functional.grid_sample(
+        image.detach().float(), grid.float(), align_corners=False
+    )
+    assert out.device.type == "mps" and out.dtype == dtype
+    torch.testing.assert_close(out.cpu(), wide.to(dtype), atol=0, rtol=0)
+    assert not torch.equal(on_cpu.detach(), out.detach().cpu())
+    out.sum().backward()
+    assert device_image.grad is not None and device_image.grad.dtype == dtype

@@ -50,6 +50,12 @@ by the torch call's name in :data:`OWN`, once per device call):
 - ``masked_scatter`` takes a uint8 mask as a bool one, without the CPU's
   deprecation warning, and refuses other mask dtypes with MPS's text
   (``Indexing.mm``'s ``masked_scatter__mps``; the CPU refuses uint8 too).
+- ``grid_sample`` and ``grid_sampler_2d``/``_3d`` of float16 and bfloat16
+  inputs compute in float32 and round once at the end: MPS's kernel computes
+  with float32 intermediates (opmath), where the CPU's rounds in half
+  precision at every step (``common_mps.py`` skips the half comparison for
+  that "unbounded divergence"; test_mps.py compares against a float32
+  reference).
 """
 
 from __future__ import annotations
@@ -230,6 +236,19 @@ def masked_scatter_as_mps(
     return func(*args[:1], mask=mask.bool(), source=source)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def grid_sampler_in_float32(
+    func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """A half-precision grid sampler through float32, as MPS's kernel computes it."""
+    first = args[0] if args else kwargs.get("input")
+    if isinstance(first, torch.Tensor) and first.dtype in _HALF:
+        return widen.computed_wider(func, args, kwargs, first.dtype)
+    return func(*args, **kwargs)
+
+
 #: The torch calls computed here, by name (:func:`..tagged._op_name`).
 OWN: dict[
     str, Callable[[Callable[..., Any], Sequence[Any], Mapping[str, Any]], Any]
@@ -244,4 +263,8 @@ OWN: dict[
     "scaled_dot_product_attention": attention_refusing_dropout,
     "masked_scatter": masked_scatter_as_mps,
     "masked_scatter_": masked_scatter_as_mps,
+    "grid_sample": grid_sampler_in_float32,
+    "grid_sampler": grid_sampler_in_float32,
+    "grid_sampler_2d": grid_sampler_in_float32,
+    "grid_sampler_3d": grid_sampler_in_float32,
 }

@@ -2,7 +2,9 @@
 
 A refusal the emulation raises inside a torch function keeps only the user's
 frames (:func:`without_library_frames`); a ``NotEmulatedError`` is one line
-at the user's frame that called (:func:`one_line`).
+at the user's frame that called (:func:`one_line`); any other failure gets
+a line naming what it touched that is not emulated, if anything
+(:func:`name_unreproduced`).
 """
 
 from __future__ import annotations
@@ -65,3 +67,29 @@ def one_line(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
             where = f"{entry.path}:{entry.lineno + 1}: "
             break
     return f"{where}{type(excinfo.value).__name__}: {excinfo.value}"
+
+
+def name_unreproduced(report: pytest.TestReport) -> None:
+    """Add one line naming what a failed test touched that is not emulated.
+
+    unittest's "Unexpected success" (a test PyTorch marks as failing on a
+    Mac, passing here) reads ``Unexpected success: not emulated by
+    pytest-mps ...``; a traceback gets the line as a section of its own,
+    which the terminal and the JUnit XML's failure text both show.
+    """
+    from pytest_mps.emulate import unreproduced
+
+    found = unreproduced.line()
+    if found is None:
+        return
+    title, text = found
+    longrepr = report.longrepr
+    # a traceback's repr (pytest's ExceptionRepr) keeps sections of its own
+    addsection = getattr(longrepr, "addsection", None)
+    if isinstance(longrepr, str) and title == "not emulated":
+        joint = ": " if longrepr in ("Unexpected success", "") else "; "
+        report.longrepr = f"{longrepr}{joint}{text}" if longrepr else text
+    elif callable(addsection):
+        addsection(f"pytest-mps emulate: {title}", text)
+    else:
+        report.sections.append((f"pytest-mps emulate: {title}", text))

@@ -21,12 +21,16 @@ The version is ``--mps-emulate-macos`` (the newest, 26.0, by default).
 What must stay Linux does: ``sys.platform``, ``os.name``, ``platform.system()``
 and ``platform.uname()`` (paths, shared libraries, subprocesses and the
 wheels pip picks follow them), and every subprocess, which does not load
-the emulation.
+the emulation: a Python process a test starts is noted
+(:func:`note_processes`), and named if the test fails.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
+import sys
 from typing import Any
 
 from pytest_mps.emulate import patching
@@ -68,6 +72,28 @@ def present(patches: patching.Patches, macos: tuple[int, int]) -> None:
     for function in (processor, machine, mac_ver):
         function.__doc__ = getattr(platform, function.__name__).__doc__
         patches.patch(platform, function.__name__, function)
+
+
+def note_processes(patches: patching.Patches) -> None:
+    """Note each Python process started through ``subprocess.Popen``."""
+    original = subprocess.Popen.__init__
+
+    def __init__(popen: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+        try:
+            if isinstance(args, (str, bytes, os.PathLike)):
+                first = os.fsdecode(args).split(" ", 1)[0]
+            else:
+                first = os.fsdecode(next(iter(args)))
+        except (TypeError, StopIteration):
+            first = ""
+        if first == sys.executable or os.path.basename(first).startswith("python"):
+            from pytest_mps.emulate.unreproduced import note_process
+
+            note_process(first)
+        original(popen, args, *rest, **kwargs)
+
+    __init__.__doc__ = original.__doc__
+    patches.patch(subprocess.Popen, "__init__", __init__)
 
 
 def describe(macos: tuple[int, int]) -> str:

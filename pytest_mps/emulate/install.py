@@ -254,6 +254,7 @@ class Emulation:
         for name, function in self.runtime.functions().items():
             self._set(torch._C, name, function)
         host.present(self.patches, self.runtime.macos)
+        host.note_processes(self.patches)
         backward.install(self.patches, lambda: self.mode)
         self._set(torch, "Generator", generator_class(torch.Generator))
         if hasattr(torch, "Event"):

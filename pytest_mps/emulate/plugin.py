@@ -304,10 +304,10 @@ def _guards(config: pytest.Config) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if _emulation_key in item.config.stash:
-        from pytest_mps.emulate import refused, tags
+        from pytest_mps.emulate import tags, unreproduced
 
         item.stash[_made_key] = tags.made[0]
-        refused.forget_draws()
+        unreproduced.forget()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -317,7 +317,7 @@ def pytest_runtest_makereport(
     report = yield
     if _emulation_key not in item.config.stash:
         return report
-    from pytest_mps.emulate import messages, refused, tags
+    from pytest_mps.emulate import messages, tags
 
     refused_here = False
     if report.failed and call.excinfo is not None:
@@ -331,19 +331,11 @@ def pytest_runtest_makereport(
     start = item.stash.get(_made_key, None)
     if start is not None:
         setattr(report, USED, tags.made[0] > start)
-    draw = refused.draws[0]
-    # a refusal is not a value a seed decides: no word on random numbers then
-    if report.failed and draw is not None and call.when == "call" and not refused_here:
-        report.sections.append(
-            (
-                "pytest-mps emulate: random numbers",
-                f"This test drew random numbers on the emulated device ({draw[0]} "
-                f"at {draw[1]}). The emulated device draws the CPU's stream; a "
-                "Mac's MPS generator draws another, so values seeded and "
-                "recorded on a Mac differ here (and values recorded here differ "
-                "on a Mac).",
-            )
-        )
+    # a refusal is not a value a seed or Metal's numerics decide
+    if report.failed and call.when == "call" and not refused_here:
+        from pytest_mps.emulate.failures import name_unreproduced
+
+        name_unreproduced(report)
     excinfo = call.excinfo
     if (
         report.failed

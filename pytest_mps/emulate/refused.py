@@ -1,14 +1,13 @@
-"""What a device call the CPU refused becomes, and the device's random draws.
+"""What a device call the CPU refused becomes.
 
 The function mode (:mod:`.tagged`) runs each device call on the CPU. Where the
 CPU refuses one, a Mac may not have: :func:`after_error` computes it as the
 Mac would (a dtype only the MPS kernel has, :mod:`.widen`), raises what a Mac
 raises (a device-side assert as ``torch.AcceleratorError``; an op without a
 CPU kernel in the Mac's words) or names it not emulated (an op whose only
-kernel besides MPS's is missing here). The draws: the first call in a test
-that took random numbers on the device, for the report of a failing test.
-And the placement texts of kernels that speak for themselves (``dot``,
-``isin``, the mm family's ``checkAllSameGPU``).
+kernel besides MPS's is missing here). And the placement texts of kernels
+that speak for themselves (``dot``, ``isin``, the mm family's
+``checkAllSameGPU``).
 """
 
 from __future__ import annotations
@@ -20,34 +19,6 @@ from typing import Any
 import torch
 
 from pytest_mps.emulate import messages, policy, tags, widen
-
-#: Calls that draw from a generator: on a Mac from MPS's own (Philox in
-#: Metal, aten/src/ATen/mps/MPSGeneratorImpl.mm), here from the CPU's
-#: stream, so a seeded draw gives other numbers than a Mac's.
-RANDOM_CALLS = frozenset(
-    {"rand", "randn", "randint", "randperm", "normal", "normal_", "uniform_"}
-    | {"random_", "bernoulli", "bernoulli_", "exponential_", "geometric_"}
-    | {"cauchy_", "log_normal_", "multinomial", "rand_like", "randn_like"}
-    | {"randint_like", "poisson", "dropout", "dropout_", "alpha_dropout"}
-    | {"feature_alpha_dropout", "dropout1d", "dropout2d", "dropout3d"}
-    | {"rrelu", "rrelu_", "gumbel_softmax"}
-)
-#: The first draw on the device since :func:`forget_draws`: (call, line).
-draws: list[tuple[str, str] | None] = [None]
-
-
-def forget_draws() -> None:
-    """Start a new test: no draw seen yet."""
-    draws[0] = None
-
-
-def note_draw(name: str) -> None:
-    """Note the test's first draw on the device, with the user's line."""
-    if draws[0] is None and name in RANDOM_CALLS:
-        from pytest_mps.watch.locations import user_location
-
-        draws[0] = (name, user_location())
-
 
 #: The calls whose MPS kernels check indices and values on the device (a
 #: Mac raises torch.AcceleratorError when it next synchronizes), and the

@@ -45,6 +45,7 @@ from pytest_mps.emulate import (
     policy,
     refused,
     tags,
+    unreproduced,
 )
 from pytest_mps.emulate.answers import TensorAnswers
 from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
@@ -273,8 +274,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         name = self.names.get(func)
         if name is None:
             name = self.names[func] = _op_name(func)
-        if name in refused.RANDOM_CALLS:
-            refused.note_draw(name)
+        if name in unreproduced.NOTED:
+            unreproduced.note(name, args, kwargs)
         found = self.call_rules.get(func)
         if found is not None:
             # F.linear's own placement and dtype texts come first; the rule
@@ -409,7 +410,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             self.rules.check_generator(generator, MPS)
         elif func in _RANDOM_FACTORIES:
             options["generator"] = default_generator
-        refused.note_draw(_op_name(func))
+        unreproduced.note_draw(_op_name(func), options.get("dtype"))
         with op_rules.INSIDE:
             try:
                 out = func(*args, **options)
