@@ -64,13 +64,17 @@ def test_each_failure_names_what_it_touched(pytester: pytest.Pytester) -> None:
             x = torch.rand(4, device="mps", dtype=torch.float16)
             assert (x > 2).all()
 
+        def test_allocator_statistics():
+            x = torch.ones(1024, device="mps")
+            assert torch.mps.driver_allocated_memory() > 2**30
+
         def test_on_the_cpu_only():
             torch.manual_seed(0)
             assert torch.randn(3).sum().item() == 1.5
         """
     )
     result = run_emulated(pytester)
-    result.assert_outcomes(failed=7)
+    result.assert_outcomes(failed=8)
     out = result.stdout.str()
     expected = {
         "test_half_sort_order": "the order MPS's argsort gives equal torch.float16 "
@@ -82,6 +86,9 @@ def test_each_failure_names_what_it_touched(pytester: pytest.Pytester) -> None:
         "attention with dropout_p=0.3 at ",
         "test_another_process": "another Python process (",
         "test_half_uniform": "MPS's random stream (rand in torch.float16 at ",
+        "test_allocator_statistics": "the MPS allocator's statistics "
+        "(torch.mps.driver_allocated_memory): here the bytes of the emulated "
+        "device's live tensors",
     }
     for test, what in expected.items():
         failure = failure_of(out, test)

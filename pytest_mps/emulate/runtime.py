@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from pytest_mps.emulate import generator, memory, messages, tags
+from pytest_mps.emulate import generator, memory, messages, tags, unreproduced
 
 #: The name ``torch.backends.mps.get_name()`` gives the emulated GPU.
 NAME = "Apple GPU (emulated by pytest-mps on the CPU)"
@@ -44,8 +44,12 @@ class Runtime:
             "_mps_deviceSynchronize": lambda: None,
             "_mps_emptyCache": lambda: None,
             "_mps_setMemoryFraction": self.set_memory_fraction,
-            "_mps_currentAllocatedMemory": tags.allocated_bytes,
-            "_mps_driverAllocatedMemory": tags.allocated_bytes,
+            "_mps_currentAllocatedMemory": unreproduced.allocator_statistic(
+                "current_allocated_memory", tags.allocated_bytes
+            ),
+            "_mps_driverAllocatedMemory": unreproduced.allocator_statistic(
+                "driver_allocated_memory", tags.allocated_bytes
+            ),
             "_mps_recommendedMaxMemory": self.recommended_max_memory,
             "_mps_acquireEvent": self.acquire_event,
             "_mps_releaseEvent": self.release_event,

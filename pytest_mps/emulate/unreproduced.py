@@ -112,6 +112,31 @@ def _drawn_inside() -> str | None:
     return f"torch.{name}"
 
 
+def allocator_statistic(name: str, count: Callable[[], int]) -> Callable[[], int]:
+    """``torch.mps.<name>()`` as ``count`` gives it, noted when a test reads it.
+
+    The emulation counts the bytes of the device's live tensors; a Mac's
+    allocator counts its Metal heaps and cache, and grows by a heap at a time.
+    pytest-mps's own reads (the memory watcher's) are not noted.
+    """
+    text = (
+        f"the MPS allocator's statistics (torch.mps.{name}): here the bytes "
+        "of the emulated device's live tensors, without Metal's heaps or the "
+        "allocator's cache"
+    )
+
+    def read() -> int:
+        notes = seen[0].notes
+        if text not in notes:
+            # 1: torch.mps's function; 2: the code that asked
+            asker = sys._getframe(2).f_code.co_filename
+            if not asker.startswith(_OURS):
+                notes[text] = _location()
+        return count()
+
+    return read
+
+
 def note_process(executable: str) -> None:
     """Note a Python process the test started (it runs without the emulation)."""
     if len(seen[0].processes) < 3:

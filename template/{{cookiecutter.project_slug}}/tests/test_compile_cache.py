@@ -52,3 +52,28 @@ def test_compile_workers_start_before_the_first_compile_where_triton_compiles():
     )
     assert compile_cache.start_workers()
     assert bool(getattr(async_compile, "_pool_set", ())) == expected
+
+
+@pytest.mark.parametrize("device_type", ["mps", "cuda", "cpu"])
+def test_layout_optimisation_is_off_for_mps_only(
+    device_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.delenv(compile_cache.LAYOUT_VARIABLE, raising=False)
+    # inductor's config module: its own patch() puts the value back after
+    with inductor_config.patch(layout_optimization=True):
+        turned_off = compile_cache.keep_layouts(device_type)
+        assert turned_off == (device_type == "mps")
+        assert inductor_config.layout_optimization is (device_type != "mps")
+
+
+def test_layout_optimisation_the_user_set_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setenv(compile_cache.LAYOUT_VARIABLE, "1")
+    with inductor_config.patch(layout_optimization=True):
+        assert not compile_cache.keep_layouts("mps")
+        assert inductor_config.layout_optimization is True

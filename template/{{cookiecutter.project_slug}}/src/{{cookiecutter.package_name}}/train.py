@@ -167,6 +167,7 @@ def create(
             cfg, micro_steps, runtime.device.type, dist.enabled
         )
         mode = None if compile_mode == "default" else compile_mode
+        compile_cache.keep_layouts(runtime.device.type)
         step_model = torch.compile(model, mode=mode)  # type: ignore[assignment]
     ddp = None
     if dist.enabled:
