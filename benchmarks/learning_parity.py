@@ -305,6 +305,7 @@ def run_variant(mode: str, package: str, rest: list[str]) -> int:
     data = importlib.import_module(f"{package}.data")
     device = importlib.import_module(f"{package}.device")
     train = importlib.import_module(f"{package}.train")
+    trainer = importlib.import_module(f"{package}.trainer")
     if mode not in VARIANTS.values():
         sys.exit(f"variant {mode!r}: expected one of {', '.join(VARIANTS.values())}")
 
@@ -335,10 +336,11 @@ def run_variant(mode: str, package: str, rest: list[str]) -> int:
             chunk = self.tokens[starts + self.window]
             return chunk[:, :-1], chunk[:, 1:]
 
-    train.Batches = Offsets  # create() and evaluate() look the class up here
+    # create() (trainer.py) and evaluate() (train.py) look the class up there
+    trainer.Batches = train.Batches = Offsets
     cfg = config.parse_args(rest)
     progress = train.Progress(cfg.max_iters, sys.stdout)
-    t = train.setup(cfg, log=progress.print)
+    t = trainer.setup(cfg, log=progress.print)
     runs = importlib.import_module(f"{package}.runs")
     stop = runs.StopSignal(announce=True, repeat_quits=True)
     with stop, train.cuda_fast_matmul(t.runtime.device):
@@ -409,7 +411,7 @@ def step_check(pkg, args, cfg_full, data_dir: Path) -> dict[str, Any]:
     diffs = []
     for c in (cfg_full, cfg):
         get_lr = nanogpt_get_lr(args.nanogpt, c)
-        diffs += [abs(pkg.train.lr_at(c, it) - get_lr(it)) for it in range(c.max_iters)]
+        diffs += [abs(pkg.optim.lr_at(c, it) - get_lr(it)) for it in range(c.max_iters)]
     result["lr_max_abs_diff"] = max(diffs)
 
     runtime = pkg.device.make_runtime("cpu", "float32", "false")
@@ -418,7 +420,7 @@ def step_check(pkg, args, cfg_full, data_dir: Path) -> dict[str, Any]:
         s: pkg.device.to_device(getattr(dataset, s), runtime.device)
         for s in ("train", "val")
     }
-    trainer = pkg.train.create(cfg, runtime, splits, dataset.tokenizer_meta)
+    trainer = pkg.trainer.create(cfg, runtime, splits, dataset.tokenizer_meta)
     drawn: list[tuple[torch.Tensor, torch.Tensor]] = []
     draw = trainer.batches.next
 
@@ -428,7 +430,7 @@ def step_check(pkg, args, cfg_full, data_dir: Path) -> dict[str, Any]:
         return batch
 
     trainer.batches.next = recording_next  # the batches, to feed nanoGPT the same
-    shape = pkg.train.model_config(cfg, dataset.tokenizer_meta).to_dict()
+    shape = pkg.trainer.model_config(cfg, dataset.tokenizer_meta).to_dict()
     nano = load_nanogpt_model(args.nanogpt)
     torch.manual_seed(cfg.seed)  # as train.py does before building its model
     with contextlib.redirect_stdout(io.StringIO()):  # its parameter-count prints
@@ -450,7 +452,7 @@ def step_check(pkg, args, cfg_full, data_dir: Path) -> dict[str, Any]:
     for it in range(steps):
         torch.set_rng_state(rng)
         for group in trainer.optimizer.param_groups:
-            group["lr"] = pkg.train.lr_at(cfg, it)
+            group["lr"] = pkg.optim.lr_at(cfg, it)
         first = len(drawn)
         mine = pkg.train.train_step(trainer).item()
         rng = torch.get_rng_state()

@@ -107,7 +107,7 @@ def load_package(project: Path) -> SimpleNamespace:
         name=name,
         **{
             m: importlib.import_module(f"{name}.{m}")
-            for m in ("config", "data", "device", "train", "model")
+            for m in ("config", "data", "device", "train", "trainer", "optim", "model")
         },
     )
 
@@ -212,10 +212,10 @@ def template_config(pkg: SimpleNamespace, args: argparse.Namespace, **changes: A
 
 def run_template(pkg, args, compile: str, mode: str) -> dict[str, Any]:
     cfg = template_config(pkg, args, compile=compile, compile_mode=mode)
-    t = pkg.train.setup(cfg, log=lambda _: None)
+    t = pkg.trainer.setup(cfg, log=lambda _: None)
 
     def set_lr(it: int) -> None:
-        lr = pkg.train.lr_at(cfg, it)
+        lr = pkg.optim.lr_at(cfg, it)
         for group in t.optimizer.param_groups:
             group["lr"] = lr
 
@@ -412,7 +412,7 @@ def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]
         return x.to(device), y.to(device)
 
     # the template's model shape (GPT-2 BPE padded to 50304, as nanoGPT does)
-    shape = SimpleNamespace(**pkg.train.model_config(cfg, meta["tokenizer"]).to_dict())
+    shape = SimpleNamespace(**pkg.trainer.model_config(cfg, meta["tokenizer"]).to_dict())
     if real:
         nanogpt = load_nanogpt_model(args.nanogpt)
         with contextlib.redirect_stdout(io.StringIO()):  # its parameter-count prints
@@ -429,7 +429,7 @@ def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]
     batch = [get_batch()]
 
     def set_lr(it: int) -> None:
-        lr = pkg.train.lr_at(cfg, it)  # the same warmup-cosine schedule as nanoGPT
+        lr = pkg.optim.lr_at(cfg, it)  # the same warmup-cosine schedule as nanoGPT
         for group in optimizer.param_groups:
             group["lr"] = lr
 
@@ -455,7 +455,7 @@ def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]
     seconds = result["ms_per_iter"] / 1000
     tokens = cfg.batch_size * cfg.block_size * accum
     peak = pkg.device.peak_flops(device, dtype)
-    gpt = pkg.model.GPT(pkg.train.model_config(cfg, meta["tokenizer"]))
+    gpt = pkg.model.GPT(pkg.trainer.model_config(cfg, meta["tokenizer"]))
     result.update(
         tokens_per_s=tokens / seconds,
         mfu=None if peak is None else gpt.flops_per_token() * tokens / seconds / peak,
@@ -568,7 +568,7 @@ def _nanogpt_train_in(
     tokens = cfg.batch_size * cfg.block_size * cfg.gradient_accumulation_steps
     peak = pkg.device.peak_flops(device, dtype)
     meta = json.loads((Path(cfg.data_dir) / cfg.dataset / "meta.json").read_text())
-    gpt = pkg.model.GPT(pkg.train.model_config(cfg, meta["tokenizer"]))
+    gpt = pkg.model.GPT(pkg.trainer.model_config(cfg, meta["tokenizer"]))
     return {
         "ms_per_iter": median,
         "ms_mean": statistics.fmean(timed),

@@ -56,6 +56,8 @@ PACKAGE_FILES = (
     "sample.py",
     "tokenizers.py",
     "train.py",
+    "train_progress.py",
+    "trainer.py",
 )
 TEST_FILES = (
     "conftest.py",

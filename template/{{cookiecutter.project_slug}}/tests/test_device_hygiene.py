@@ -9,7 +9,8 @@ import torch
 from pytest_mps import assert_on_device
 
 from {{ cookiecutter.package_name }}.config import replace
-from {{ cookiecutter.package_name }}.train import Trainer, setup, train_step
+from {{ cookiecutter.package_name }}.train import train_step
+from {{ cookiecutter.package_name }}.trainer import Trainer, setup
 
 
 @pytest.fixture

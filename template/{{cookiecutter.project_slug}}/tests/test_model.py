@@ -6,7 +6,7 @@ from pytest_mps import assert_on_device
 
 from {{ cookiecutter.package_name }}.config import Config
 from {{ cookiecutter.package_name }}.model import GPT, GPTConfig
-from {{ cookiecutter.package_name }}.train import model_config
+from {{ cookiecutter.package_name }}.trainer import model_config
 
 SMALL = GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=32)
 

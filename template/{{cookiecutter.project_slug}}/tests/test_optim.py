@@ -8,8 +8,9 @@ import torch
 from {{ cookiecutter.package_name }} import checkpoint
 from {{ cookiecutter.package_name }}.config import replace
 from {{ cookiecutter.package_name }}.errors import ConfigError
-from {{ cookiecutter.package_name }}.optim import MuonAdamW, orthogonalize
-from {{ cookiecutter.package_name }}.train import lr_at, setup, train, train_step
+from {{ cookiecutter.package_name }}.optim import MuonAdamW, lr_at, orthogonalize
+from {{ cookiecutter.package_name }}.train import train, train_step
+from {{ cookiecutter.package_name }}.trainer import setup
 
 
 def test_orthogonalize_brings_the_singular_values_near_one(device):

@@ -5,13 +5,13 @@ import io
 from {{ cookiecutter.package_name }} import progress as progress_module
 from {{ cookiecutter.package_name }}.config import PRESETS, replace
 from {{ cookiecutter.package_name }}.progress import Bar, Task, duration
-from {{ cookiecutter.package_name }}.train import (
+from {{ cookiecutter.package_name }}.train import train
+from {{ cookiecutter.package_name }}.train_progress import (
     SIZE_SETTINGS,
     Progress,
-    setup,
     size_warning,
-    train,
 )
+from {{ cookiecutter.package_name }}.trainer import setup
 
 
 class Terminal(io.StringIO):

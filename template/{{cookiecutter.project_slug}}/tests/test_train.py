@@ -19,16 +19,11 @@ from {{ cookiecutter.package_name }}.config import replace
 from {{ cookiecutter.package_name }}.data import prepare
 from {{ cookiecutter.package_name }}.device import peak_flops
 from {{ cookiecutter.package_name }}.errors import CheckpointError, ConfigError, DeviceError
+from {{ cookiecutter.package_name }}.optim import lr_at
 from {{ cookiecutter.package_name }}.sample import sample
-from {{ cookiecutter.package_name }}.train import (
-    Progress,
-    evaluate,
-    lr_at,
-    pick_compile_mode,
-    setup,
-    train,
-    train_step,
-)
+from {{ cookiecutter.package_name }}.train import evaluate, train, train_step
+from {{ cookiecutter.package_name }}.train_progress import Progress
+from {{ cookiecutter.package_name }}.trainer import pick_compile_mode, setup
 
 NOT_BITWISE = "GPU kernels are not bitwise reproducible; exact resume is a CPU promise"
 

@@ -19,7 +19,8 @@ from pytest_mps import (
 
 from {{ cookiecutter.package_name }} import checkpoint
 from {{ cookiecutter.package_name }}.config import replace
-from {{ cookiecutter.package_name }}.train import setup, train, train_step
+from {{ cookiecutter.package_name }}.train import train, train_step
+from {{ cookiecutter.package_name }}.trainer import setup
 
 NOT_BITWISE = "GPU kernels are not bitwise reproducible; exact resume is a CPU promise"
 # the run's clock and its evaluations: bookkeeping, not the training state

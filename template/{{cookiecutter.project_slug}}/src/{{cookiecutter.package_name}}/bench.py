@@ -20,7 +20,8 @@ from .device import (
 )
 from .progress import per_iter
 from .tokenizers import GPT2_VOCAB_SIZE
-from .train import create, train_step
+from .train import train_step
+from .trainer import create
 
 CHAR_VOCAB_SIZE = 96  # a generous character vocabulary
 

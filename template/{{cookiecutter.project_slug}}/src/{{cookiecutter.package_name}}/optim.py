@@ -11,11 +11,13 @@ follows the same warmup and decay (each group's `lr_scale`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from .config import Config
 from .model import GPT
 
 # The quintic Newton-Schulz coefficients of modded-nanogpt (Keller Jordan): five
@@ -160,3 +162,16 @@ class MuonAdamW(torch.optim.Optimizer):
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, eps)
         torch._foreach_addcdiv_(params, exp_avg, denom, value=-lr / (1 - beta1**step))
+
+
+def lr_at(cfg: Config, it: int) -> float:
+    """Linear warmup, then cosine decay to min_lr; constant when decay_lr is off."""
+    if not cfg.decay_lr:
+        return cfg.learning_rate
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= cfg.lr_decay_steps:
+        return cfg.min_lr
+    progress = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_steps - cfg.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
