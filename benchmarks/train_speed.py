@@ -412,7 +412,8 @@ def run_baseline(pkg, args, compile: bool, real: bool = False) -> dict[str, Any]
         return x.to(device), y.to(device)
 
     # the template's model shape (GPT-2 BPE padded to 50304, as nanoGPT does)
-    shape = SimpleNamespace(**pkg.trainer.model_config(cfg, meta["tokenizer"]).to_dict())
+    gpt_config = pkg.trainer.model_config(cfg, meta["tokenizer"])
+    shape = SimpleNamespace(**gpt_config.to_dict())
     if real:
         nanogpt = load_nanogpt_model(args.nanogpt)
         with contextlib.redirect_stdout(io.StringIO()):  # its parameter-count prints
