@@ -43,8 +43,11 @@ def test_logs_from_two_calls_are_scored_together(tmp_path: Path) -> None:
     out = done.stdout
     assert "target val loss 1.3400" in out
     assert "nanogpt (cold): best val 1.3400 (1.3300-1.3500)" in out
-    assert "after 90.0 (80.0-100.0) s" in out
-    assert "fast (cold): at iteration 1000 (1000-1000), after 41.8 (40.0-44.0) s" in out
+    assert "after 90.0 (80.0-100.0) s from the process's start" in out
+    assert (
+        "fast (cold): at iteration 1000 (1000-1000), after 41.8 (40.0-44.0) s"
+        " from the process's start" in out
+    )
     assert "0.46x nanoGPT's time to its best (goal 0.5x: met)" in out
     assert "by the record rule (t = " in out and "): yes" in out
     # one call's 2 seeds are too few for the record rule: the verdict fails
@@ -65,3 +68,32 @@ def test_a_run_found_twice_or_no_logs_is_refused(tmp_path: Path) -> None:
     done = rescore(tmp_path / "empty", "--target", "1.3")  # no silent pass
     assert done.returncode != 0
     assert "no run logs" in done.stderr
+
+
+def test_training_alone_is_steps_times_the_median_step(tmp_path: Path) -> None:
+    # nanoGPT: "time Xms" per logged step; its first step holds the compile
+    # (900 ms), one step an evaluation (400 ms); the median is 20 ms
+    nano = ["python train.py ...", "     1.00  iter 0: loss 4.2, time 900.00ms"]
+    for it, ms in ((100, 20.0), (200, 400.0), (300, 20.0), (400, 21.0), (500, 19.0)):
+        nano.append(f"{it / 10:9.2f}  iter {it}: loss 2.0, time {ms:.2f}ms, mfu 3%")
+    nano.append("    60.00  step 1000: train loss 1.3, val loss 1.3400")
+    for seed in (1, 2):
+        (tmp_path / f"nanogpt-seed{seed}.log").write_text("\n".join(nano) + "\n")
+    # the template: "N ms/iter", and from a second on "N s/iter"
+    for seed, val in ((1, 1.30), (2, 1.31)):
+        lines = [
+            "python -m tiny_gpt train ...",
+            "     1.00  iter 0: loss 4.2, 1.50 s/iter",
+            "     2.00  iter 100: loss 2.0, 5.0 ms/iter",
+            "     3.00  iter 200: loss 2.0, 5.0 ms/iter",
+            "     4.00  iter 300: loss 2.0, 6.0 ms/iter",
+            f"    20.00  step 400: train loss 1.3, val loss {val:.4f}",
+        ]
+        (tmp_path / f"fast-seed{seed}-cold.log").write_text("\n".join(lines) + "\n")
+    out = rescore(tmp_path).stdout
+    # nanoGPT: 1000 steps x 20 ms; the template: 400 steps x 5 ms
+    assert (
+        "after 60.0 (60.0-60.0) s from the process's start;"
+        " training alone 20.0 (20.0-20.0) s" in out
+    )
+    assert "training alone 2.0 (2.0-2.0) s (0.10x nanoGPT's)" in out
