@@ -186,8 +186,8 @@ CPU_WINDOWS_LINE = re.compile(r"^val on CPU-drawn windows \[seed \d+\]: ([\d.]+)
 
 # ------------------------------------------------------------------ settings
 def parity_config(pkg: SimpleNamespace, args: argparse.Namespace, data_dir: Path):
-    """The one Config both programs' settings come from."""
-    cfg = pkg.config.Config.for_preset(args.preset)
+    """The one Config both programs' settings come from: nanoGPT's recipe."""
+    cfg = pkg.config.Config.for_preset(args.preset, "nanogpt")
     changes: dict[str, Any] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -212,6 +212,7 @@ def template_command(pkg, cfg, args, seed: int, out_dir: Path) -> list[str]:
     settings = {name: getattr(cfg, name) for name in SHARED}
     settings.update(
         preset=cfg.preset,
+        recipe=cfg.recipe,
         dataset=cfg.dataset,
         data_dir=cfg.data_dir,
         out_dir=str(out_dir),

@@ -198,7 +198,7 @@ def run_loop(
 
 
 def template_config(pkg: SimpleNamespace, args: argparse.Namespace, **changes: Any):
-    base = pkg.config.Config.for_preset(args.preset)
+    base = pkg.config.Config.for_preset(args.preset, "nanogpt")  # AdamW, as nanoGPT
     return pkg.config.replace(
         base,
         data_dir=str(args.data_dir),

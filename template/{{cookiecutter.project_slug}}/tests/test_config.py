@@ -6,6 +6,7 @@ from {{ cookiecutter.package_name }}.config import (
     Config,
     command_settings,
     parse_args,
+    typed_settings,
 )
 from {{ cookiecutter.package_name }}.errors import ConfigError
 
@@ -14,12 +15,45 @@ def test_no_arguments_give_the_default_preset():
     assert parse_args([]) == Config.for_preset(DEFAULT_PRESET)
 
 
-def test_shakespeare_char_preset_is_nanogpts():
-    cfg = Config.for_preset("shakespeare_char")
+def test_shakespeare_char_preset_with_nanogpts_recipe_is_nanogpts():
+    cfg = Config.for_preset("shakespeare_char", "nanogpt")
     shape = (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size)
     assert shape == (6, 6, 384, 256, 64)
     assert (cfg.dropout, cfg.learning_rate, cfg.beta2) == (0.2, 1e-3, 0.99)
     assert (cfg.max_iters, cfg.warmup_iters, cfg.lr_decay_steps) == (5000, 100, 5000)
+    assert cfg.optimizer == "adamw"
+    assert parse_args(["--preset=shakespeare_char", "--recipe=nanogpt"]) == cfg
+
+
+def test_the_fast_recipe_is_the_default_where_it_measured_faster():
+    fast = parse_args(["--preset=shakespeare_char"])
+    assert fast.recipe == "fast"
+    assert (fast.optimizer, fast.max_iters, fast.lr_decay_steps) == ("muon", 1500, 1500)
+    # the model and the rest of nanoGPT's settings stay the preset's
+    nanogpt = Config.for_preset("shakespeare_char", "nanogpt")
+    assert (fast.n_layer, fast.dropout, fast.learning_rate) == (6, 0.2, 1e-3)
+    assert fast == Config.for_preset("shakespeare_char")
+    assert fast != nanogpt
+    # presets without a faster recipe are the same under both
+    for preset in ("tiny", "gpt2"):
+        assert Config.for_preset(preset, "fast").to_dict() | {"recipe": "x"} == (
+            Config.for_preset(preset, "nanogpt").to_dict() | {"recipe": "x"}
+        )
+    # settings typed win over the recipe
+    typed = parse_args(["--preset=shakespeare_char", "--optimizer=adamw"])
+    assert (typed.optimizer, typed.max_iters) == ("adamw", 1500)
+
+
+def test_an_unknown_recipe_names_the_known_ones():
+    with pytest.raises(
+        ConfigError, match=r"unknown recipe 'quick' \(known: fast, nanogpt\)"
+    ):
+        parse_args(["--recipe=quick"])
+
+
+def test_typing_a_recipe_counts_what_it_sets_as_typed():
+    typed = typed_settings(["--preset=shakespeare_char", "--recipe=nanogpt"])
+    assert {"recipe", "optimizer", "max_iters", "lr_decay_iters"} <= typed
 
 
 def test_overrides_take_the_type_of_the_setting():
