@@ -57,7 +57,7 @@ from typing import Any
 from xdist_lock import tests_source
 
 from pytest_mps.benchmark import compare, storage
-from pytest_mps.benchmark.options import parse_fail_expr
+from pytest_mps.benchmark.records import parse_fail_expr
 
 GATE = "median:5%"
 

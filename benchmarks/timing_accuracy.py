@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_mps.benchmark.options import Settings
+from pytest_mps.benchmark.records import Settings
 from pytest_mps.benchmark.timer import Probe, measure  # noqa: E402
 
 

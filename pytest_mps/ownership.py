@@ -292,17 +292,22 @@ def fixture_is_ours(metafunc: pytest.Metafunc, name: str, function: Any) -> bool
 _INI_OFF: tuple[object, ...] = (None, "", [], False, "off")
 
 
-def opted_in(config: pytest.Config) -> bool:
-    """True when the run set an option or ini setting of pytest-mps."""
+def opted_in(config: pytest.Config, prefix: str = "") -> bool:
+    """True when the run set an option or ini setting of pytest-mps.
+
+    With ``prefix`` (``"mps_benchmark"``), only those whose name starts with it.
+    """
     parser = _parsers.get(config.pluginmanager)
     if parser is not None:
         for argument in parser.getgroup(GROUP).options:
-            if not argument.names():
-                continue  # yielded to the project
+            if not argument.names() or not argument.dest.startswith(prefix):
+                continue  # yielded to the project, or another family's
             value = config.getoption(argument.dest, None)
             if value not in (None, False, [], argument.default):
                 return True
     for name in INI_NAMES:
+        if not name.startswith(prefix):
+            continue
         try:
             value = config.getini(name)
         except (ValueError, pytest.UsageError):
@@ -310,6 +315,41 @@ def opted_in(config: pytest.Config) -> bool:
         if value not in _INI_OFF:
             return True
     return False
+
+
+def register_hooks(config: pytest.Config, name: str) -> bool:
+    """Register a family's hook module ``name`` once; True when this call did.
+
+    A family's front door (its ``plugin.py``) calls this once a run or a test
+    asks for the family, so a run that does not pays nothing for its hooks at
+    start-up. pluggy replays the historic hooks for it at once (its
+    ``pytest_configure`` runs now); a hook already past in this session
+    (collection, a report) is the caller's to run. ``-p no:<name>`` keeps it
+    out.
+    """
+    manager = config.pluginmanager
+    if manager.is_blocked(name) or manager.get_plugin(name) is not None:
+        return False
+    import importlib
+
+    manager.register(importlib.import_module(name), name)
+    return True
+
+
+def uses_fixture(item: pytest.Item, name: str, function: Any) -> bool:
+    """True when ``item`` asks for ``name`` and it resolves to our ``function``.
+
+    Private pytest API (``item._fixtureinfo``, pytest 8 and 9), as
+    :func:`fixture_is_ours` reads.
+    """
+    if name not in getattr(item, "fixturenames", ()):
+        return False
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get(name) if info is not None else None
+    if not definitions:
+        return False
+    unwrapped = getattr(function, "__wrapped__", function)
+    return getattr(definitions[-1], "func", None) is unwrapped
 
 
 def check_ini_values(config: pytest.Config) -> None:

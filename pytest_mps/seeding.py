@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import sys
 import zlib
 from collections.abc import Generator
@@ -64,6 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
         if fixed is None:
+            import random  # 1 ms at every start-up if imported above
+
             fixed = random.SystemRandom().randint(0, _MAX_SEED)
     config.stash[_session_seed_key] = fixed
 
@@ -81,6 +82,8 @@ def seed(request: pytest.FixtureRequest) -> Generator[int]:
     Returns the seed. It is printed when the test fails, with the option that
     repeats it; the generators' previous states are restored after the test.
     """
+    import random
+
     import torch
 
     value = seed_for(request.config, request.node.nodeid)

@@ -15,7 +15,7 @@ from pytest_mps.benchmark.compare import (
     mann_whitney,
     regressions,
 )
-from pytest_mps.benchmark.options import parse_fail_expr
+from pytest_mps.benchmark.records import parse_fail_expr
 from pytest_mps.benchmark.stats import median_ci
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_mps.benchmark import storage
-from pytest_mps.benchmark.options import parse_fail_expr
+from pytest_mps.benchmark.records import parse_fail_expr
 
 FAST = (
     "-p",

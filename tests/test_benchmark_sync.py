@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pytest_mps.benchmark.options import Settings
+from pytest_mps.benchmark.records import Settings
 from pytest_mps.benchmark.timer import Probe, measure
 
 KERNEL = 0.01  # seconds each fake kernel runs on the fake device

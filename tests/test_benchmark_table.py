@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mps.benchmark.options import Table
+from pytest_mps.benchmark.records import Table
 from pytest_mps.benchmark.report import natural_key, results_table
 
 FAST = ("-p", "no:cacheprovider", "--mps-benchmark-max-time=0.01")

@@ -443,3 +443,36 @@ def test_disabling_the_plugin_leaves_no_option(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest("-p", "no:mps", "--mps-device=cpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unrecognized arguments: --mps-device=cpu*"])
+
+
+HOOKS_SEEN = """
+def pytest_sessionfinish(session):
+    manager = session.config.pluginmanager
+    print("benchmark hooks:", manager.has_plugin("pytest_mps.benchmark.hooks"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("test_file", "args", "registered"),
+    [
+        ("def test_one():\n    pass\n", [], False),
+        ("def test_one():\n    pass\n", ["--mps-benchmark-max-time=0.5"], True),
+        ("def test_one(mps_benchmark):\n    mps_benchmark(sum, [1])\n", [], True),
+        (
+            "import pytest\n\n@pytest.fixture\ndef mps_benchmark():\n    return 1\n\n"
+            "def test_one(mps_benchmark):\n    assert mps_benchmark == 1\n",
+            [],
+            False,
+        ),
+    ],
+    ids=["plain", "option", "our fixture", "the project's fixture"],
+)
+def test_family_hooks_register_only_when_asked(
+    pytester: pytest.Pytester, test_file: str, args: list[str], registered: bool
+) -> None:
+    """A run pays for a family's hooks only once it or a test asks for them."""
+    pytester.makeconftest(HOOKS_SEEN)
+    pytester.makepyfile(test_file)
+    result = pytester.runpytest_subprocess("-s", "-rs", "-p", "no:cacheprovider", *args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*benchmark hooks: {registered}"])

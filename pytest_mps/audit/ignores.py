@@ -18,7 +18,7 @@ a silenced finding never fails ``--mps-audit=error``.
 
 from __future__ import annotations
 
-import dataclasses
+from typing import NamedTuple
 
 import pytest
 
@@ -38,8 +38,7 @@ INI_HELP = (
 KINDS = ("op", "op-dtype", "dtype", "host-sync", "mixed-devices")
 
 
-@dataclasses.dataclass(frozen=True)
-class Ignore:
+class Ignore(NamedTuple):
     """Findings silenced, why, and where (None: in every file)."""
 
     names: frozenset[str]

@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pytest_mps.benchmark.options import FailExpr, parse_fail_expr
+from pytest_mps.benchmark.records import FailExpr, parse_fail_expr
 from pytest_mps.benchmark.stats import median_ci
 
 #: asv's default: a difference with p below this is significant.

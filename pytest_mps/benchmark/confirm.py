@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_mps.benchmark import baseline, compare, storage
-from pytest_mps.benchmark.options import BenchmarkOptions
+from pytest_mps.benchmark.records import BenchmarkOptions
 
 #: Measurements of a regressing benchmark, the first included.
 ATTEMPTS = 3

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from pytest_mps.benchmark.lock import measuring
-from pytest_mps.benchmark.options import PROPERTY, Settings
+from pytest_mps.benchmark.options import PROPERTY
 from pytest_mps.benchmark.probe import hardware, make_probe, release_memory
+from pytest_mps.benchmark.records import Settings
 from pytest_mps.benchmark.stats import Stats
 from pytest_mps.benchmark.timer import Probe, Result, measure, time_block
 from pytest_mps.devices import emulated

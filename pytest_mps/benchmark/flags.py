@@ -9,12 +9,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_mps.benchmark import options as o
 from pytest_mps.options import argparse_check, read_setting
+
+if TYPE_CHECKING:
+    from pytest_mps.benchmark.records import BenchmarkOptions, FailExpr, Table
 
 ONLY_HELP = "run only the tests that use the mps_benchmark fixture."
 SKIP_HELP = "skip the tests that use the mps_benchmark fixture."
@@ -112,6 +115,12 @@ HISTOGRAM_HELP = (
 )
 
 
+def _fail_expr(value: str, where: str) -> FailExpr:
+    from pytest_mps.benchmark.records import parse_fail_expr
+
+    return parse_fail_expr(value, where)
+
+
 def _processes(value: str, where: str) -> int:
     from pytest_mps.benchmark.ab import valid_processes
 
@@ -173,7 +182,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="EXPR",
         action="append",
         default=None,
-        type=argparse_check(o.parse_fail_expr, "--mps-benchmark-compare-fail"),
+        type=argparse_check(_fail_expr, "--mps-benchmark-compare-fail"),
         help=COMPARE_FAIL_HELP.replace("%", "%%"),  # argparse formats help with %
     )
     add("--mps-benchmark-storage", metavar="PATH", default=None, help=STORAGE_HELP)
@@ -216,10 +225,12 @@ def _switch(config: pytest.Config, name: str) -> bool:
     return bool(config.getini(name) if value is None else value)
 
 
-def _table(config: pytest.Config) -> o.Table:
+def _table(config: pytest.Config) -> Table:
+    from pytest_mps.benchmark.records import Table
+
     columns = _setting(config, "mps_benchmark_columns", o.parse_columns)
-    default = o.Table()
-    return o.Table(
+    default = Table()
+    return Table(
         columns=columns or default.columns,
         chosen=columns is not None,
         sort=_setting(config, "mps_benchmark_sort", o.parse_sort) or default.sort,
@@ -252,8 +263,10 @@ def _histogram(config: pytest.Config) -> Path | None:
     return Path(prefix)
 
 
-def read_options(config: pytest.Config) -> o.BenchmarkOptions:
+def read_options(config: pytest.Config) -> BenchmarkOptions:
     """Validate the options and ini values; UsageError naming the culprit."""
+    from pytest_mps.benchmark.records import BenchmarkOptions, Settings
+
     only, skip = (
         config.getoption("mps_benchmark_only"),
         config.getoption("mps_benchmark_skip"),
@@ -268,20 +281,20 @@ def read_options(config: pytest.Config) -> o.BenchmarkOptions:
         exprs = config.getini("mps_benchmark_compare_fail")
         where = f"ini option mps_benchmark_compare_fail in {config.inipath}"
     try:
-        fail = tuple(o.parse_fail_expr(e, where) for e in exprs)
+        fail = tuple(_fail_expr(e, where) for e in exprs)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     storage = config.getoption("mps_benchmark_storage") or config.getini(
         "mps_benchmark_storage"
     )
-    defaults = o.Settings()
+    defaults = Settings()
 
     def setting(name: str, parse: Callable[[str, str], Any], default: Any) -> Any:
         value = _setting(config, name, parse)
         return default if value is None else value
 
     json_path = config.getoption("mps_benchmark_json")
-    return o.BenchmarkOptions(
+    return BenchmarkOptions(
         only=bool(only),
         skip=bool(skip),
         json=Path(json_path) if json_path else None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_mps.benchmark.options import BenchmarkOptions
+from pytest_mps.benchmark.records import BenchmarkOptions
 
 if TYPE_CHECKING:
     from pytest_mps.benchmark.fixture import MpsBenchmark

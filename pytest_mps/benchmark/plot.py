@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_mps.benchmark.options import Table
+from pytest_mps.benchmark.records import Table
 from pytest_mps.benchmark.report import groups, time_unit
 
 Entry = Mapping[str, Any]

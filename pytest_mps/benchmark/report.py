@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_mps.benchmark.options import Table
+from pytest_mps.benchmark.records import Table
 
 Entry = Mapping[str, Any]
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_mps.benchmark.options import PROPERTY, BenchmarkOptions
+from pytest_mps.benchmark.options import PROPERTY
+from pytest_mps.benchmark.records import BenchmarkOptions
 
 if TYPE_CHECKING:
     from pytest_mps.benchmark.compare import Regression

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytest_mps.benchmark.options import Settings
+from pytest_mps.benchmark.records import Settings
 from pytest_mps.benchmark.stats import Stats, median_ci, relative_margin
 
 clock = time.perf_counter

@@ -6,7 +6,7 @@ Light on purpose: pytest imports it at start-up (through :mod:`.plugin`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import pytest
 
@@ -62,8 +62,7 @@ def parse_timeout(value: object, where: str) -> float:
     return seconds
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     """A test's time limit and where it was set (``--mps-timeout``, a marker)."""
 
     seconds: float
