@@ -22,7 +22,7 @@ import torch
 import watch_overhead  # the same nanoGPT step, from this folder
 
 from pytest_mps import ops as mps_ops
-from pytest_mps.audit import plugin
+from pytest_mps.audit import hooks as plugin
 from pytest_mps.audit.recorder import Recorder
 from pytest_mps.watch import mode as watch
 

@@ -170,7 +170,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = read_environment(config, chip="mps" in chosen or verbose).header()
     if yielded:
         lines[0] += f"; {yielded}"
-    from pytest_mps.machine.plugin import header_lines
+    from pytest_mps.machine.hooks import header_lines
 
     lines[1:1] = header_lines(config)
     return lines

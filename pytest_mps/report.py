@@ -86,7 +86,7 @@ def _meta(config: pytest.Config) -> dict[str, Any]:
         version = importlib.metadata.version("pytest-mps")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover
         version = None
-    from pytest_mps.machine.plugin import fingerprint
+    from pytest_mps.machine.hooks import fingerprint
 
     return {
         "version": version,

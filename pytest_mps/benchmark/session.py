@@ -86,7 +86,7 @@ class BenchmarkSession:
 
         doc: dict[str, Any] | None = None
         if opts.json or opts.save or opts.autosave or opts.compare is not None:
-            from pytest_mps.machine.plugin import fingerprint
+            from pytest_mps.machine.hooks import fingerprint
 
             doc = storage.document(
                 self.entries,

@@ -193,7 +193,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     usage.sampled = device.type == "mps" and accelerator.peak_source(device) is None
     if device.type == "mps":
         from pytest_mps.machine.fingerprint import limits_explained
-        from pytest_mps.machine.plugin import fingerprint
+        from pytest_mps.machine.hooks import fingerprint
 
         usage.limits = limits_explained(fingerprint(item.config))
     item.stash[usage_key] = usage
