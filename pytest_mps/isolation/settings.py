@@ -3,7 +3,8 @@
 Light on purpose: pytest imports it at start-up (through :mod:`.plugin`).
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: typing.NamedTuple compiles each
+# string annotation, 0.2-0.4 ms per class at every pytest start-up.
 
 import math
 from typing import NamedTuple

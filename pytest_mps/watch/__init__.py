@@ -15,3 +15,8 @@ from typing import Any
 
 #: ``callback(func, args, kwargs) -> None``, called before each watched aten op.
 OpCallback = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], None]
+
+#: The session's ``python_files`` globs, which :mod:`.plugin` sets: the files
+#: that hold the tests' own checks (:func:`.attribution.is_test_file`).
+DEFAULT_TEST_FILES = ("test_*.py", "*_test.py")
+test_files: list[tuple[str, ...]] = [DEFAULT_TEST_FILES]

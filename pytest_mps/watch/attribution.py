@@ -38,6 +38,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from pytest_mps.watch import test_files
 from pytest_mps.watch.locations import is_library
 
 #: The code under test.
@@ -67,9 +68,8 @@ _TESTING_MODULES = (
     "numpy.testing",
     "unittest",
 )
-_DEFAULT_TEST_FILES = ("test_*.py", "*_test.py")
-_test_files: list[tuple[str, ...]] = [_DEFAULT_TEST_FILES]
-_is_test_file: dict[str, bool] = {}
+#: by file name, for the globs it was found with (settings.test_files)
+_is_test_file: dict[tuple[tuple[str, ...], str], bool] = {}
 
 
 @contextlib.contextmanager
@@ -99,21 +99,18 @@ def in_plugin_work() -> bool:
     return plugin_running[0]
 
 
-def set_test_files(patterns: tuple[str, ...] | list[str]) -> None:
-    """The session's ``python_files`` globs (``conftest.py`` always counts)."""
-    _test_files[0] = tuple(patterns) or _DEFAULT_TEST_FILES
-    _is_test_file.clear()
-
-
 def is_test_file(filename: str) -> bool:
-    """True for a file pytest collects tests from, or a ``conftest.py``."""
-    found = _is_test_file.get(filename)
+    """True for a file pytest collects tests from, or a ``conftest.py``.
+
+    The session's ``python_files`` globs are ``pytest_mps.watch.test_files``,
+    which the watch family's front door sets.
+    """
+    key = (test_files[0], filename)
+    found = _is_test_file.get(key)
     if found is None:
         name = os.path.basename(filename)
-        found = name == "conftest.py" or any(
-            fnmatch.fnmatch(name, p) for p in _test_files[0]
-        )
-        _is_test_file[filename] = found
+        found = name == "conftest.py" or any(fnmatch.fnmatch(name, p) for p in key[0])
+        _is_test_file[key] = found
     return found
 
 

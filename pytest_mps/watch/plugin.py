@@ -1,14 +1,14 @@
-"""The watching family's front door: options, markers, and the test's one watch mode.
+"""The watching family's front door: options, markers, and asking for the rest.
 
 The only module of the family that pytest loads at start-up. It registers the
 watchers (:mod:`.fallback`, :mod:`.mixed_devices`, :mod:`.host_sync`,
 :mod:`.memory`, with :mod:`.findings`) when the session asks for them (an
 option or ini setting) or a collected test does (a marker or fixture of
-theirs), so a suite that asks for none of them imports none of them. It asks
-every ``pytest_mps_watch_ops`` implementation for a callback and runs a test's
-call phase inside one watch mode (:mod:`.mode`) when one returns a callback.
-On the pytest-xdist controller it gathers the rows workers send for the summary
-and the ``--mps-report`` JSON.
+theirs), and with them :mod:`.hooks`, which runs a test's call phase inside one
+watch mode (:mod:`.mode`) and gathers the findings for the summary. A suite
+that asks for none of them imports none of them. The audit registers
+:mod:`.hooks` too, as does a ``pytest_mps_watch_ops`` of the project's own and
+pytest-xdist's controller (the rows workers send).
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_mps import ownership
+from pytest_mps import ownership, watch
 from pytest_mps.options import argparse_type
-from pytest_mps.watch import OpCallback, attribution, settings
+from pytest_mps.watch import settings
 
 if TYPE_CHECKING:
     from pytest_mps.watch.memory import MemoryUsage
+
+HOOKS = "pytest_mps.watch.hooks"
 
 
 @pytest.fixture
@@ -97,7 +99,8 @@ def _watcher(name: str) -> Any:
 
 
 def _register(config: pytest.Config, *names: str) -> None:
-    """Register these watcher modules (and findings) once; their configure runs now."""
+    """Register these watchers, findings and the hooks once; configure runs now."""
+    ownership.register_hooks(config, HOOKS)
     done = config.stash.setdefault(_registered_key, set())
     for name in ("findings", *names):
         if name in done:
@@ -118,11 +121,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, *settings.MARKERS)
     # which files hold the tests' own checks (asserts): the ones pytest collects
-    attribution.set_test_files(config.getini("python_files"))
+    patterns = tuple(config.getini("python_files"))
+    watch.test_files[0] = patterns or watch.DEFAULT_TEST_FILES
     config.stash[settings.expected_syncs_key] = settings.parse_expected_syncs(config)
     settings.check_allowed_fallbacks(config)
-    sink = config.stash[_sink_key] = _Rows(config)
-    config.pluginmanager.register(sink, "pytest-mps-watch-rows")
     config.stash[settings.mixed_mode_key] = mixed_mode = settings.mixed_mode(config)
     wanted = []
     if settings.fallback_mode(config) != "off" or _fallback_set_up(config):
@@ -131,6 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
         wanted.append("mixed_devices")
     if wanted:
         _register(config, *wanted)
+    elif config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
+        ownership.register_hooks(config, HOOKS)  # the workers' rows
 
 
 def _fallback_set_up(config: pytest.Config) -> bool:
@@ -163,6 +167,9 @@ def pytest_collection_modifyitems(
             break
     if wanted:
         _register(config, *sorted(wanted))
+    elif config.hook.pytest_mps_watch_ops.get_hookimpls():
+        # the project's own (a conftest's), or the audit's
+        ownership.register_hooks(config, HOOKS)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -174,22 +181,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         device = (item.config.stash.get(devices_key, None) or ["cpu"])[0]
     settings.running_on_cpu[0] = str(device) == "cpu"
     settings.expected_syncs[0] = item.config.stash.get(settings.expected_syncs_key, ())
-
-
-def _callbacks_for(item: pytest.Item) -> list[OpCallback]:
-    found = item.ihook.pytest_mps_watch_ops(item=item)
-    return [callback for callback in found if callback is not None]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    callbacks = _callbacks_for(item)
-    if not callbacks:
-        return (yield)
-    from pytest_mps.watch.mode import watching
-
-    with watching(callbacks, every_op=settings.every_op(item.config)):
-        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -211,57 +202,8 @@ def pytest_runtest_makereport(
     return report
 
 
-# -- what the tests found, gathered where the summary is printed -----------------
-
-
-class _Rows:
-    """The findings and memory rows of every test report, from xdist workers too.
-
-    Registered for each session; the watchers' modules are needed only when
-    there is something to summarise.
-    """
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.rows: dict[str, list[tuple[str, Any]]] = {}
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for name, value in report.user_properties:
-            if name in (settings.FINDINGS_PROPERTY, settings.MEMORY_PROPERTY):
-                self.rows.setdefault(name, []).append((report.nodeid, value))
-
-    def pytest_sessionfinish(self) -> None:
-        from pytest_mps.report import add_report_section
-
-        findings = self.rows.get(settings.FINDINGS_PROPERTY)
-        if findings is not None:
-            from pytest_mps.watch.findings import aggregate
-
-            pairs = [(nodeid, row) for nodeid, rows in findings for row in rows]
-            add_report_section(self.config, "watch", aggregate(pairs))
-        memory = self.rows.get(settings.MEMORY_PROPERTY)
-        if memory is not None:
-            rows = [{"nodeid": nodeid, **value} for nodeid, value in memory]
-            add_report_section(self.config, "memory", rows)
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        findings = self.rows.get(settings.FINDINGS_PROPERTY)
-        if findings:
-            from pytest_mps.watch.findings import write_summary
-
-            pairs = [(nodeid, row) for nodeid, rows in findings for row in rows]
-            write_summary(terminalreporter, pairs)
-
-
-_sink_key = pytest.StashKey[_Rows]()
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
-    attribution.set_test_files(())
-    sink = config.stash.get(_sink_key, None)
-    if sink is not None:
-        config.pluginmanager.unregister(sink)
-        del config.stash[_sink_key]
+    watch.test_files[0] = watch.DEFAULT_TEST_FILES
     # PYTORCH_ENABLE_MPS_FALLBACK was set early, but a usage error in
     # pytest_configure (--device mps:1) came before the fallback watcher was
     # registered to put it back: do it here.
