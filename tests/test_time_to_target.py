@@ -97,3 +97,32 @@ def test_training_alone_is_steps_times_the_median_step(tmp_path: Path) -> None:
         " training alone 20.0 (20.0-20.0) s" in out
     )
     assert "training alone 2.0 (2.0-2.0) s (0.10x nanoGPT's)" in out
+
+
+def test_cold_start_reads_first_line_first_step_and_target(tmp_path: Path) -> None:
+    """benchmarks/cold_start.py's reading of a stamped log (no GPU, no training)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import cold_start
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    log = tmp_path / "run.log"
+    log.write_text(
+        "python -m pkg train ...\n"
+        "     3.50  compile cache: out/compile-cache (cold)\n"
+        "    16.00  10.65M parameters on cuda\n"
+        "    18.20  step 0: train loss 4.39, val loss 4.34\n"
+        "    37.90  iter 0: loss 4.38, 19.7 s/iter, mfu 0.0%\n"
+        "    38.00  iter 10: loss 3.64, 14.7 ms/iter, mfu 8.0%\n"
+        "    43.30  step 500: train loss 1.37, val loss 1.4682\n"
+        "    46.20  step 750: train loss 1.26, val loss 1.3391\n"
+        "    48.90  step 1000: train loss 1.17, val loss 1.3351\n"
+    )
+    found = cold_start.read_log(log, 1.3494)
+    assert found == {
+        "first_line_s": 3.5,
+        "first_step_s": 37.9,
+        "target_s": 46.2,
+        "target_iter": 750,
+    }
+    assert cold_start.read_log(log, 1.0)["target_s"] is None
