@@ -5,14 +5,16 @@ MPS work here. Tests on Linux replace only ``torch.backends.mps.is_built`` /
 ``is_available`` and the platform facts, never the functions below.
 """
 
-# No ``from __future__ import annotations``: typing.NamedTuple compiles each
-# string annotation, 0.2-0.4 ms per class at every pytest start-up.
+from __future__ import annotations
 
 import importlib.util
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_mps.mac_facts import MacFacts
 
 #: First macOS release with MPS support (PyTorch's "Getting started on Mac").
 MIN_MACOS = (12, 3)
@@ -143,36 +145,6 @@ def gpu_core_count() -> int | None:
     return None
 
 
-class MacFacts(NamedTuple):
-    """What macOS and Metal say about this Mac; None where a read fails.
-
-    Sizes in bytes. ``working_set`` is Metal's ``recommendedMaxWorkingSetSize``
-    (what ``torch.mps.recommended_max_memory()`` returns), ``max_buffer`` its
-    ``maxBufferLength`` (the largest single buffer: PyTorch's allocator refuses
-    a larger one with "Invalid buffer size").
-    """
-
-    macos: str | None
-    #: ``sysctl kern.osversion``: ``"24F74"``
-    build: str | None
-    #: ``sysctl hw.model``: ``"Mac14,10"``; ``"VirtualMac2,1"`` in a VM
-    model: str | None
-    #: ``sysctl machdep.cpu.brand_string``: ``"Apple M1 (Virtual)"`` in a VM
-    chip: str | None
-    #: ``sysctl kern.hv_vmm_present``: True inside a virtual machine
-    vmm: bool | None
-    #: ``sysctl hw.memsize``
-    memory: int | None
-    #: the Metal device's name: ``"Apple M2 Pro"``, ``"Apple Paravirtual device"``
-    gpu: str | None
-    gpu_cores: int | None
-    working_set: int | None
-    max_buffer: int | None
-    #: the frameworks' bundle versions, where their plists can be read
-    metal: str | None
-    mpsgraph: str | None
-
-
 FRAMEWORKS = Path("/System/Library/Frameworks")
 
 
@@ -249,6 +221,8 @@ def mac_facts() -> MacFacts | None:
     """The :class:`MacFacts` of the Mac this runs on (read once); None off macOS."""
     if sys.platform != "darwin":
         return None
+    from pytest_mps.mac_facts import MacFacts
+
     metal = _metal_device()
     vmm = _sysctl("kern.hv_vmm_present")
     return MacFacts(

@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 from pytest_mps import backend
+from pytest_mps.mac_facts import MacFacts
 from pytest_mps.machine import fingerprint
 
 GIB = 1 << 30
 
-PHYSICAL = backend.MacFacts(
+PHYSICAL = MacFacts(
     macos="15.5",
     build="24F74",
     model="Mac14,10",
@@ -44,7 +45,7 @@ PHYSICAL = backend.MacFacts(
     metal="368.12",
     mpsgraph="5.1.0",
 )
-PARAVIRTUAL = backend.MacFacts(
+PARAVIRTUAL = MacFacts(
     macos="15.5",
     build="24F74",
     model="VirtualMac2,1",
@@ -61,14 +62,14 @@ PARAVIRTUAL = backend.MacFacts(
 
 
 @pytest.fixture
-def physical_mac(monkeypatch: pytest.MonkeyPatch) -> backend.MacFacts:
+def physical_mac(monkeypatch: pytest.MonkeyPatch) -> MacFacts:
     monkeypatch.setattr(backend, "mac_facts", lambda: PHYSICAL)
     monkeypatch.delenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", raising=False)
     return PHYSICAL
 
 
 @pytest.fixture
-def hosted_runner(monkeypatch: pytest.MonkeyPatch) -> backend.MacFacts:
+def hosted_runner(monkeypatch: pytest.MonkeyPatch) -> MacFacts:
     monkeypatch.setattr(backend, "mac_facts", lambda: PARAVIRTUAL)
     monkeypatch.delenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", raising=False)
     return PARAVIRTUAL
@@ -95,7 +96,7 @@ def test_a_guest_run_reads_no_machine(pytester: pytest.Pytester) -> None:
 
 
 def test_the_header_names_a_macs_build_chip_gpu_and_memory_limits(
-    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+    pytester: pytest.Pytester, physical_mac: MacFacts
 ) -> None:
     pytester.makepyfile("def test_ok(device): pass")
     result = pytester.runpytest("--mps-device=cpu")
@@ -111,7 +112,7 @@ def test_the_header_names_a_macs_build_chip_gpu_and_memory_limits(
 
 def test_the_high_watermark_follows_pytorchs_variable(
     pytester: pytest.Pytester,
-    physical_mac: backend.MacFacts,
+    physical_mac: MacFacts,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "0.0")
@@ -126,7 +127,7 @@ def test_the_high_watermark_follows_pytorchs_variable(
 
 
 def test_a_hosted_runner_reads_as_virtual_with_its_signs(
-    hosted_runner: backend.MacFacts,
+    hosted_runner: MacFacts,
 ) -> None:
     found = fingerprint.read()
     assert found.virtual is True
@@ -141,7 +142,7 @@ def test_a_hosted_runner_reads_as_virtual_with_its_signs(
     assert "virtual" in found.line()
 
 
-def test_a_physical_mac_is_not_virtual(physical_mac: backend.MacFacts) -> None:
+def test_a_physical_mac_is_not_virtual(physical_mac: MacFacts) -> None:
     found = fingerprint.read()
     assert found.virtual is False and found.virtual_signs == ()
 
@@ -150,7 +151,7 @@ def test_a_physical_mac_is_not_virtual(physical_mac: backend.MacFacts) -> None:
 def test_the_report_json_and_junit_carry_the_fingerprint(
     pytester: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
-    facts: backend.MacFacts,
+    facts: MacFacts,
 ) -> None:
     monkeypatch.setattr(backend, "mac_facts", lambda: facts)
     pytester.makepyfile("def test_ok(device): pass")
@@ -202,7 +203,7 @@ FAST = ("-p", "no:cacheprovider", "--mps-benchmark-max-time=0.01")
 
 
 def test_benchmark_json_carries_the_fingerprint(
-    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+    pytester: pytest.Pytester, physical_mac: MacFacts
 ) -> None:
     pytester.makepyfile(BENCH)
     pytester.runpytest(*FAST, "--mps-benchmark-json=out.json").assert_outcomes(passed=1)
@@ -246,7 +247,7 @@ def test_a_baseline_from_another_os_build_is_named_and_can_be_refused(
 
 
 def test_the_same_machine_compares_without_a_warning(
-    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+    pytester: pytest.Pytester, physical_mac: MacFacts
 ) -> None:
     pytester.makepyfile(BENCH)
     pytester.runpytest(*FAST, "--mps-benchmark-save=base").assert_outcomes(passed=1)
@@ -283,7 +284,7 @@ def test_on_each(device):
 
 
 def test_a_virtual_gpu_is_named_and_its_tests_run_by_default(
-    pytester: pytest.Pytester, hosted_runner: backend.MacFacts
+    pytester: pytest.Pytester, hosted_runner: MacFacts
 ) -> None:
     pytester.makepyfile(DEVICE_TESTS)
     result = pytester.runpytest("--mps-emulate", "--mps-device=cpu")
@@ -307,7 +308,7 @@ def test_a_virtual_gpu_is_named_and_its_tests_run_by_default(
 
 
 def test_skip_skips_the_mps_tests_naming_the_signs(
-    pytester: pytest.Pytester, hosted_runner: backend.MacFacts
+    pytester: pytest.Pytester, hosted_runner: MacFacts
 ) -> None:
     pytester.makepyfile(
         DEVICE_TESTS
@@ -340,7 +341,7 @@ def test_plain():
 
 
 def test_emulate_runs_the_mps_tests_on_the_emulated_device(
-    pytester: pytest.Pytester, hosted_runner: backend.MacFacts
+    pytester: pytest.Pytester, hosted_runner: MacFacts
 ) -> None:
     pytester.makepyfile(DEVICE_TESTS)
     # --mps alone on this Linux machine would be a usage error: the policy
@@ -357,7 +358,7 @@ def test_emulate_runs_the_mps_tests_on_the_emulated_device(
 
 
 def test_emulate_leaves_a_physical_mac_alone(
-    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+    pytester: pytest.Pytester, physical_mac: MacFacts
 ) -> None:
     pytester.makepyfile(DEVICE_TESTS)
     result = pytester.runpytest("--mps", "--mps-virtual-gpu=emulate")
@@ -372,8 +373,9 @@ import time
 import torch
 
 from pytest_mps import backend
+from pytest_mps.mac_facts import MacFacts
 
-backend.mac_facts = lambda: backend.MacFacts(
+backend.mac_facts = lambda: MacFacts(
     macos="15.5", build="24F74", model="Mac14,10", chip="Apple M2 Pro", vmm=False,
     memory=24 << 30, gpu="Apple M2 Pro", gpu_cores=19, working_set=17 << 30,
     max_buffer=13 << 30, metal=None, mpsgraph=None,
@@ -497,7 +499,7 @@ def test_bad_machine_settings_are_one_usage_line_even_without_mps(
 
 
 def test_the_memory_report_on_a_mac_names_all_three_limits(
-    pytester: pytest.Pytester, physical_mac: backend.MacFacts
+    pytester: pytest.Pytester, physical_mac: MacFacts
 ) -> None:
     pytester.makepyfile(
         """

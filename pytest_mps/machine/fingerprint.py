@@ -17,9 +17,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_mps import backend
+
+if TYPE_CHECKING:
+    from pytest_mps.mac_facts import MacFacts
 
 #: MPSAllocator.h, default_high_watermark_ratio.
 DEFAULT_HIGH_WATERMARK_RATIO = 1.7
@@ -225,7 +228,7 @@ def cpu_name() -> str:
     return platform.uname().processor or platform.uname().machine
 
 
-def virtual_signs(facts: backend.MacFacts) -> tuple[str, ...]:
+def virtual_signs(facts: MacFacts) -> tuple[str, ...]:
     """What says this Mac's GPU is virtual; empty for a physical Mac.
 
     Hosted runners' VMs show a ``"Apple Paravirtual device"`` Metal device
