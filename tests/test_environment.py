@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mps.environment import variable_warnings
+from pytest_mps.mps_environment import variable_warnings
 
 
 def test_header_names_torch_devices_and_mps_state(pytester: pytest.Pytester) -> None:
