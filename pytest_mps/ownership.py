@@ -278,7 +278,11 @@ def fixture_is_ours(metafunc: pytest.Metafunc, name: str, function: Any) -> bool
     Private pytest API (``Metafunc._arg2fixturedefs``, pytest 8 and 9): the
     closest definition, the last in the list, is the one the test gets.
     """
-    definitions = metafunc._arg2fixturedefs.get(name)
+    return _resolves_to(metafunc._arg2fixturedefs.get(name), function)
+
+
+def _resolves_to(definitions: Any, function: Any) -> bool:
+    """True when the closest of ``definitions`` (the last) is ``function``."""
     if not definitions:
         return False
     # pytest >= 8.4 wraps a fixture function in a FixtureFunctionDefinition
@@ -336,6 +340,21 @@ def register_hooks(config: pytest.Config, name: str) -> bool:
     return True
 
 
+def register_hooks_at_collection(
+    config: pytest.Config, name: str, items: list[pytest.Item]
+) -> None:
+    """Register ``name`` from a front door's collection hook, and run its own.
+
+    pluggy does not run the new module's ``pytest_collection_modifyitems`` on
+    ``items``: the hook call in progress keeps the implementations it began with.
+    """
+    if register_hooks(config, name):
+        # by the manager, not the package's attribute: pytester's in-process
+        # runs drop the modules a run imported, leaving a stale attribute
+        hooks: Any = config.pluginmanager.get_plugin(name)
+        hooks.pytest_collection_modifyitems(config, items)
+
+
 def uses_fixture(item: pytest.Item, name: str, function: Any) -> bool:
     """True when ``item`` asks for ``name`` and it resolves to our ``function``.
 
@@ -345,11 +364,7 @@ def uses_fixture(item: pytest.Item, name: str, function: Any) -> bool:
     if name not in getattr(item, "fixturenames", ()):
         return False
     info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.get(name) if info is not None else None
-    if not definitions:
-        return False
-    unwrapped = getattr(function, "__wrapped__", function)
-    return getattr(definitions[-1], "func", None) is unwrapped
+    return info is not None and _resolves_to(info.name2fixturedefs.get(name), function)
 
 
 def check_ini_values(config: pytest.Config) -> None:

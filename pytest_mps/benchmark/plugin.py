@@ -16,7 +16,7 @@ in :mod:`.alias`, and the session's side in :mod:`.session`.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -58,12 +58,8 @@ def _asks(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    if any(_asks(item) for item in items) and ownership.register_hooks(config, HOOKS):
-        # registered inside this hook call, which pluggy does not extend (by
-        # the manager, not the package's attribute: pytester's in-process
-        # runs drop the modules a run imported, leaving a stale attribute)
-        hooks: Any = config.pluginmanager.get_plugin(HOOKS)
-        hooks.pytest_collection_modifyitems(config, items)
+    if any(_asks(item) for item in items):
+        ownership.register_hooks_at_collection(config, HOOKS, items)
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ known-failures manifest) or a test does (``mps_isolate``, ``mps_timeout``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from pytest_mps import ownership
@@ -75,8 +73,5 @@ def pytest_collection_modifyitems(
         for item in items
         for name in ("mps_isolate", "mps_timeout")
     )
-    if marked and ownership.register_hooks(config, HOOKS):
-        # registered inside this hook call, which pluggy does not extend (by
-        # the manager: pytester's in-process runs leave stale attributes)
-        hooks: Any = config.pluginmanager.get_plugin(HOOKS)
-        hooks.pytest_collection_modifyitems(config, items)
+    if marked:
+        ownership.register_hooks_at_collection(config, HOOKS, items)
