@@ -14,6 +14,7 @@ packages, which was most of what the plugin added to each pytest start.
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 import pytest
 
@@ -44,4 +45,28 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     for name in MODULES:
         if pluginmanager.is_blocked(name) or pluginmanager.get_plugin(name) is not None:
             continue
-        pluginmanager.register(importlib.import_module(name), name)
+        pluginmanager.register(own_surface(importlib.import_module(name)), name)
+
+
+def own_surface(module: ModuleType) -> ModuleType:
+    """Narrow what ``dir(module)`` lists to what the module defines itself.
+
+    pluggy looks for hooks, and pytest for fixtures, in every name ``dir()``
+    lists; a plugin module's imports (modules, classes, typing names) are most
+    of them, and scanning them was a fifth of what pytest-mps added to each
+    pytest start. A module-level ``__dir__`` (PEP 562) lists the ``pytest_``
+    names and whatever the module defined itself (its fixtures, hooks and
+    helpers), so both scans skip the imports; attribute access is unchanged.
+    """
+    own = [
+        name
+        for name, value in vars(module).items()
+        if name.startswith("pytest_")
+        or (
+            not isinstance(value, ModuleType)
+            and not name.startswith("__")
+            and getattr(value, "__module__", None) == module.__name__
+        )
+    ]
+    module.__dir__ = lambda: own  # type: ignore[method-assign]
+    return module

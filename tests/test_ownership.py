@@ -476,3 +476,23 @@ def test_family_hooks_register_only_when_asked(
     result = pytester.runpytest_subprocess("-s", "-rs", "-p", "no:cacheprovider", *args)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*benchmark hooks: {registered}"])
+
+
+SURFACE_SEEN = """
+import pytest
+
+def pytest_sessionfinish(session):
+    names = dir(session.config.pluginmanager.get_plugin("pytest_mps.devices"))
+    print("surface:", "pytest" in names, "re" in names, "device" in names,
+          "pytest_configure" in names)
+"""
+
+
+def test_pytest_scans_only_what_our_modules_define(pytester: pytest.Pytester) -> None:
+    """pluggy and pytest scan a registered module's own names, not its imports."""
+    pytester.makeconftest(SURFACE_SEEN)
+    pytester.makepyfile("def test_uses(device):\n    assert device.type == 'cpu'\n")
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    # imports (pytest, re) are gone; the fixture and the hooks stay
+    result.stdout.fnmatch_lines(["*surface: False False True True"])
