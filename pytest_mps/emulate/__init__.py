@@ -17,7 +17,9 @@ mode), :mod:`.extensions` (C++ extensions built against MPS, named not
 emulated), :mod:`.serialization` (``torch.save``/``torch.load`` as on a Mac),
 :mod:`.install` (putting it all into torch and taking it out),
 :mod:`.failures` (how a failure reads: the user's line and PyTorch's
-message), and :mod:`.plugin`, the front door (``--mps-emulate``).
+message),
+:mod:`.plugin`, the front door (``--mps-emulate``), and :mod:`.hooks`, which
+it registers once the emulation is on.
 """
 
 from __future__ import annotations
