@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_mps import backend, ownership
+from pytest_mps import ownership
 from pytest_mps.options import closest
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_mps_auto_device(config: pytest.Config) -> str | None:
     import torch
 
+    from pytest_mps import backend
+
     if backend.mps_built() and backend.mps_available():
         return "mps"
     if torch.cuda.is_available():
@@ -158,6 +160,10 @@ def ini_flag(config: pytest.Config, name: str) -> bool:
 
 def check_usable(device: str, where: str) -> None:
     """Raise a UsageError naming ``where`` when ``device`` cannot be used here."""
+    if device == "cpu":
+        return
+    from pytest_mps import backend  # here: a run on the CPU never needs it
+
     where = where if where in ("--mps", "--mps-emulate") else f"{where} {device}"
     if device == "mps":
         reason = backend.mps_unavailable_reason()
@@ -186,6 +192,8 @@ def resolve_devices(config: pytest.Config) -> list[str]:
     resolved: list[str] = []
     for device in requested:
         if device == "auto":
+            from pytest_mps import backend
+
             if not backend.torch_installed():
                 raise pytest.UsageError(f"{where} auto: torch is not installed")
             device = config.hook.pytest_mps_auto_device(config=config)
