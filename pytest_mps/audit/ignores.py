@@ -22,17 +22,6 @@ import pytest
 
 from pytest_mps import ownership
 
-MARKER = (
-    "mps_audit_ignore(*names, reason): --mps-audit findings of these kinds, "
-    "dtypes or ops (host-sync, float64, aten::equal) are listed as ignored, "
-    "with the reason, and never fail the test."
-)
-INI_HELP = (
-    "--mps-audit findings to ignore in the code of a file or folder, one per "
-    "line as 'path: name, name  # reason' (mypkg/legacy.py: float64  # old "
-    "checkpoints); a name is a kind (host-sync, dtype, mixed-devices), a dtype "
-    "or an aten op"
-)
 KINDS = ("op", "op-dtype", "dtype", "host-sync", "mixed-devices")
 
 

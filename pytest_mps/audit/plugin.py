@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 
 from pytest_mps import ownership
-from pytest_mps.audit import ignores
 from pytest_mps.audit.settings import (
     AUDIT_CHECK_HELP,
     AUDIT_HELP,
@@ -39,6 +38,17 @@ from pytest_mps.audit.settings import (
 from pytest_mps.options import argparse_type
 
 HOOKS = "pytest_mps.audit.hooks"
+IGNORE_MARKER = (
+    "mps_audit_ignore(*names, reason): --mps-audit findings of these kinds, "
+    "dtypes or ops (host-sync, float64, aten::equal) are listed as ignored, "
+    "with the reason, and never fail the test."
+)
+IGNORE_INI_HELP = (
+    "--mps-audit findings to ignore in the code of a file or folder, one per "
+    "line as 'path: name, name  # reason' (mypkg/legacy.py: float64  # old "
+    "checkpoints); a name is a kind (host-sync, dtype, mixed-devices), a dtype "
+    "or an aten op"
+)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
@@ -81,7 +91,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
     parser.addini("mps_audit", AUDIT_HELP, default="off")
     parser.addini("mps_audit_macos", MACOS_HELP, default=None)
     parser.addini("mps_audit_check", AUDIT_CHECK_HELP, type="bool", default=False)
-    parser.addini("mps_audit_ignore", ignores.INI_HELP, type="linelist", default=[])
+    parser.addini("mps_audit_ignore", IGNORE_INI_HELP, type="linelist", default=[])
     # argparse refuses --mps-audit=eror with "ignored explicit argument" and
     # takes the word after a bare --mps-audit for a path: read the command
     # line, PYTEST_ADDOPTS and the ini's addopts first and say what was meant
@@ -115,17 +125,21 @@ def _given_args(config: pytest.Config) -> list[tuple[list[str], str]]:
 
 @pytest.hookimpl(trylast=True)  # the hooks' configure runs after the watchers'
 def pytest_configure(config: pytest.Config) -> None:
-    ownership.register_markers(config, ignores.MARKER)
+    ownership.register_markers(config, IGNORE_MARKER)
     if read_settings(config).level != "off":
         ownership.register_hooks(config, HOOKS)
     elif config.getini("mps_audit_ignore"):
         # the ini's silences are checked even while the audit is off
+        from pytest_mps.audit import ignores
+
         ignores.parse_ini(config)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if ownership.closest_marker(item, "mps_audit_ignore") is None:
         return
+    from pytest_mps.audit import ignores
+
     try:
         ignores.parse_marker(item)
     except ValueError as exc:

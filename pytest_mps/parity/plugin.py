@@ -85,38 +85,7 @@ def pytest_collect_file(
     file_path: Path, parent: pytest.Collector
 ) -> pytest.Collector | None:
     if file_path.name.endswith(settings.SUFFIX):
+        from pytest_mps.parity.replay import BundleFile
+
         return BundleFile.from_parent(parent, path=file_path)
     return None
-
-
-class BundleFile(pytest.File):
-    """A parity bundle, collected as one test that replays it."""
-
-    def collect(self) -> list[pytest.Item]:
-        """The one replay test."""
-        return [BundleItem.from_parent(self, name="replay")]
-
-
-class BundleItem(pytest.Item):
-    """Replays a bundle's parity check; fails as the original did, if it does."""
-
-    def runtest(self) -> None:
-        """Replay on the bundle's device; print how many leaves kept their bits."""
-        from pytest_mps.parity.replay import replay_bundle
-
-        replay = replay_bundle(self.path)
-        print(f"{self.path.name}: {replay.summary()}")
-        if replay.failure is not None:
-            raise ReplayFailed(replay.failure)
-
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:  # noqa: D102
-        if isinstance(excinfo.value, ReplayFailed):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo, style))
-
-    def reportinfo(self) -> tuple[Path, int | None, str]:  # noqa: D102
-        return self.path, None, f"replay of {self.path.name}"
-
-
-class ReplayFailed(AssertionError):
-    """The bundle's check failed again."""

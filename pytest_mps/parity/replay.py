@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_mps.parity.bundle import digests, emulated_macos, load
 from pytest_mps.parity.check import ParityError, ParityReport, _check
 
@@ -115,6 +117,37 @@ def replay_bundle(path: str | Path, device: str | None = None) -> Replay:
             now = digests(run)
             same[side] = (sum(now.get(p) == d for p, d in kept.items()), len(kept))
     return Replay(str(path), str(target), failure, same, report)
+
+
+class BundleFile(pytest.File):
+    """A parity bundle, collected as one test that replays it."""
+
+    def collect(self) -> list[pytest.Item]:
+        """The one replay test."""
+        return [BundleItem.from_parent(self, name="replay")]
+
+
+class BundleItem(pytest.Item):
+    """Replays a bundle's parity check; fails as the original did, if it does."""
+
+    def runtest(self) -> None:
+        """Replay on the bundle's device; print how many leaves kept their bits."""
+        replay = replay_bundle(self.path)
+        print(f"{self.path.name}: {replay.summary()}")
+        if replay.failure is not None:
+            raise ReplayFailed(replay.failure)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:  # noqa: D102
+        if isinstance(excinfo.value, ReplayFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:  # noqa: D102
+        return self.path, None, f"replay of {self.path.name}"
+
+
+class ReplayFailed(AssertionError):
+    """The bundle's check failed again."""
 
 
 def main(argv: list[str] | None = None) -> int:
