@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_mps import ownership
 from pytest_mps.benchmark import options as o
 from pytest_mps.options import argparse_check, read_setting
 
@@ -162,7 +163,11 @@ def _dest(flag: str) -> str:
 
 def add_options(parser: pytest.Parser) -> None:
     """Add the flags to the plugin's group and their ini twins."""
-    group = parser.getgroup("mps")
+    group = parser.getgroup(
+        ownership.BENCHMARK_GROUP,
+        "pytest-mps benchmarks: sync-aware timing, saved runs and A/B gates",
+        after=ownership.GROUP,
+    )
 
     def add(flag: str, **attrs: Any) -> None:
         # an explicit dest spares pytest a search of every option's dest
