@@ -1,20 +1,30 @@
 """What pytest-mps adds to every pytest start-up, measured side by side in one run.
 
 A one-test suite that never imports torch runs in fresh processes, bytecode
-cached, in rounds that interleave the configurations (so drift on a noisy
+cached, in pairs that interleave the configurations (so drift on a noisy
 machine hits all of them alike):
 
 - ``plain``: pytest as installed, pytest-mps active;
 - ``no mps``: the same with ``-p no:mps``;
-- ``no benchmark``: with ``-p no:benchmark`` (pytest-benchmark's own cost, for
-  reference, when it is installed).
+- ``no benchmark`` (with ``--reference``): with ``-p no:benchmark``
+  (pytest-benchmark's own cost, for reference, when it is installed).
 
-It prints each configuration's median wall time and the median of the paired
-per-round differences against ``plain``. The goal for pytest-mps is a paired
-median difference of at most 15 ms over at least 30 rounds on a developer's
-machine.
+Each pair runs every configuration ``--repeat`` times, alternating, and keeps
+each one's fastest run: on a shared machine a run is only ever slowed down,
+so the fastest of a few is the start-up itself, and the pair's difference
+moves far less than one of single runs (on a 2-core VM whose single runs
+spread over 370-680 ms, single-run pairs of 31 read from -3 to +48 ms for
+the same code). It prints each configuration's median wall time and the
+median of the paired differences against ``plain``. The goal for pytest-mps
+is a paired median difference of at most 15 ms over at least 30 pairs.
 
-    python benchmarks/startup.py --rounds 31
+``--instructions`` also counts the instructions each configuration's pytest
+process runs, under ``valgrind --tool=callgrind`` (Debian's valgrind): a count
+that does not move with the machine's load, for steering work whose effect is
+smaller than the noise.
+
+    python benchmarks/startup.py --pairs 31
+    python benchmarks/startup.py --pairs 31 --instructions
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,27 +45,65 @@ SUITE = "def test_one():\n    assert 1 + 1 == 2\n"
 
 
 # Bytecode cached, as on a user's machine: without the cache every start
-# compiles (and pytest rewrites the asserts of) every plugin module again.
+# compiles (and pytest rewrites the asserts of) every plugin module again. A
+# fixed hash seed keeps the instruction count the same from run to run.
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV["PYTHONHASHSEED"] = "0"
+
+
+def command(extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
 
 
 def run_once(folder: Path, extra: list[str]) -> float:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=ENV)
+    done = subprocess.run(
+        command(extra), cwd=folder, capture_output=True, text=True, env=ENV
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
+        shown = " ".join(command(extra))
+        raise SystemExit(f"{shown} failed:\n{done.stdout}{done.stderr}")
     return elapsed
+
+
+def instructions(folder: Path, extra: list[str]) -> int:
+    """The instructions pytest's own process runs (not its children's)."""
+    valgrind = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        f"--log-file={folder / 'callgrind-%p.log'}",
+    ]
+    done = subprocess.run(
+        [*valgrind, *command(extra)], cwd=folder, capture_output=True, env=ENV
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"valgrind {' '.join(command(extra))} failed")
+    counts = {}
+    for log in folder.glob("callgrind-*.log"):
+        text = log.read_text()
+        log.unlink()
+        found = re.search(r"Collected : (\d+)", text)
+        if found:
+            counts[int(log.stem.split("-")[1])] = int(found.group(1))
+    return counts[min(counts)]  # the lowest pid: the process valgrind started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--pairs", "--rounds", type=int, default=31, dest="pairs")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--reference", action="store_true")
+    parser.add_argument("--instructions", action="store_true")
     args = parser.parse_args()
+    if args.pairs < 1 or args.repeat < 1:
+        parser.error("--pairs and --repeat must be at least 1")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (apt-get install valgrind)")
 
     configs: dict[str, list[str]] = {"plain": [], "no mps": ["-p", "no:mps"]}
-    if importlib.util.find_spec("pytest_benchmark") is not None:
+    if args.reference and importlib.util.find_spec("pytest_benchmark") is not None:
         configs["no benchmark"] = ["-p", "no:benchmark"]
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,20 +113,42 @@ def main() -> None:
         for extra in configs.values():  # compile and cache bytecode first
             run_once(folder, extra)
         times: dict[str, list[float]] = {name: [] for name in configs}
-        for round_index in range(args.rounds):
-            order = list(configs)
-            if round_index % 2:
-                order.reverse()
-            for name in order:
-                times[name].append(run_once(folder, configs[name]))
-            print(f"round {round_index + 1}/{args.rounds}", end="\r", file=sys.stderr)
+        started = time.perf_counter()
+        for pair in range(args.pairs):
+            fastest = {name: float("inf") for name in configs}
+            for repeat in range(args.repeat):
+                order = list(configs)
+                if (pair + repeat) % 2:
+                    order.reverse()
+                for name in order:
+                    fastest[name] = min(fastest[name], run_once(folder, configs[name]))
+            for name in configs:
+                times[name].append(fastest[name])
+            each = (time.perf_counter() - started) / (pair + 1)
+            left = each * (args.pairs - pair - 1)
+            print(
+                f"pair {pair + 1}/{args.pairs}, about {left:.0f} s left",
+                end="\r",
+                file=sys.stderr,
+            )
+        counted = {}
+        if args.instructions:
+            counted = {name: instructions(folder, x) for name, x in configs.items()}
 
-    print(f"pytest start-up, one test, median of {args.rounds} interleaved rounds")
+    print(
+        f"pytest start-up, one test: {args.pairs} interleaved pairs, the fastest "
+        f"of {args.repeat} runs of each configuration in each"
+    )
     print(f"{'configuration':<14} {'median ms':>10} {'plain minus this, ms':>22}")
     for name, values in times.items():
         paired = [p - v for p, v in zip(times["plain"], values, strict=True)]
         diff = "" if name == "plain" else f"{statistics.median(paired) * 1e3:+.1f}"
         print(f"{name:<14} {statistics.median(values) * 1e3:>10.1f} {diff:>22}")
+    if counted:
+        print(f"{'configuration':<14} {'instructions':>14} {'plain minus this':>18}")
+        for name, count in counted.items():
+            diff = "" if name == "plain" else f"{counted['plain'] - count:+,}"
+            print(f"{name:<14} {count:>14,} {diff:>18}")
     paired = [p - v for p, v in zip(times["plain"], times["no mps"], strict=True)]
     print(
         f"pytest-mps adds {statistics.median(paired) * 1e3:.1f} ms "
