@@ -21,7 +21,9 @@ both programs as benchmarks/learning_parity.py does (its helpers are used).
    and FLAGS, first cold (a new out_dir: its compile cache, out_dir/compile-cache,
    is empty), then warm (the same out_dir with --overwrite=true, which keeps the
    cache). Its time to target is the moment its first evaluation line at or
-   below the target was printed, from the process's start.
+   below the target was printed, from the process's start. FLAGS holding
+   --recipe=NAME (--template=default:--recipe=fast) drop the settings that
+   recipe sets from the spelled-out ones, so the run is the recipe's own.
 
 Two clocks are printed, for both programs alike. **From the process's
 start**: the wall clock between the process's start and a line of its output
@@ -212,12 +214,28 @@ def run_nanogpt(pkg, cfg, args, root: Path, out: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def recipe_command(pkg, cfg, command: list[str], flags: list[str]) -> list[str]:
+    """`command` less what a `--recipe=NAME` among `flags` sets for the preset.
+
+    template_command spells out nanoGPT's recipe (its --max_iters, ...), and a
+    setting typed on the command line wins over a recipe: a program that names
+    a recipe gets that recipe's own values, as a user typing `train
+    --recipe=NAME` does. An unknown recipe is left for the template to refuse.
+    """
+    named = [f.split("=", 1)[1] for f in flags if f.startswith("--recipe=")]
+    if not named:
+        return command
+    owned = {"recipe", *pkg.config.RECIPES.get(named[-1], {}).get(cfg.preset, {})}
+    return [part for part in command if part.split("=", 1)[0][2:] not in owned]
+
+
 def run_template(pkg, cfg, args, root, out, target, runs) -> list[dict[str, Any]]:
     for seed in args.seed_list:
         for name, flags in args.template_list:
             work = root / f"{name}-seed{seed}"
             work.mkdir(parents=True)
             command = template_command(pkg, cfg, args, seed, work / "out")
+            command = recipe_command(pkg, cfg, command, flags)
             command += [f"--target_val_loss={target:.6f}", *flags]
             for start in ("cold", "warm"):
                 again = ["--overwrite=true"] if start == "warm" else []

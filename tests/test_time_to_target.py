@@ -126,3 +126,38 @@ def test_cold_start_reads_first_line_first_step_and_target(tmp_path: Path) -> No
         "target_iter": 750,
     }
     assert cold_start.read_log(log, 1.0)["target_s"] is None
+
+
+def test_a_program_naming_a_recipe_runs_the_recipes_own_settings(
+    tmp_path: Path, bake, monkeypatch
+) -> None:
+    """--template=NAME:--recipe=fast drops the spelled-out settings fast sets."""
+    import importlib
+
+    baked = bake(tmp_path, project_name="Recipe GPT", preset="shakespeare_char")
+    monkeypatch.setattr(sys, "path", [str(SCRIPT.parent), *sys.path])
+    try:
+        pkg = importlib.import_module("train_speed").load_package(baked)
+        time_to_target = importlib.import_module("time_to_target")
+        learning_parity = importlib.import_module("learning_parity")
+
+        cfg = pkg.config.Config.for_preset("shakespeare_char", "nanogpt")
+        args = type("Args", (), {"compile": "false"})()
+        command = learning_parity.template_command(pkg, cfg, args, 7, tmp_path)
+        assert "--max_iters=5000" in command and "--recipe=nanogpt" in command
+
+        fast = time_to_target.recipe_command(pkg, cfg, command, ["--recipe=fast"])
+        # what fast sets for the preset is left to it; the rest stays spelled out
+        for setting in pkg.config.RECIPES["fast"]["shakespeare_char"]:
+            assert not any(part.startswith(f"--{setting}=") for part in fast)
+        assert not any(part.startswith("--recipe=") for part in fast)
+        assert "--seed=7" in fast and "--learning_rate=0.001" in fast
+        # without a recipe among the flags: nanoGPT's recipe, spelled out
+        plain = time_to_target.recipe_command(pkg, cfg, command, ["--optimizer=muon"])
+        assert plain == command
+    finally:  # the baked package and the scripts; torch stays imported
+        scripts = ("train_speed", "time_to_target", "learning_parity")
+        for name in [m for m in sys.modules if m.split(".")[0] == "recipe_gpt"]:
+            del sys.modules[name]
+        for name in scripts:
+            sys.modules.pop(name, None)
