@@ -17,7 +17,6 @@ import pytest
 
 from pytest_mps import devices as session_devices
 from pytest_mps import ownership
-from pytest_mps.benchmark.flags import read_options
 from pytest_mps.benchmark.keys import (
     BenchmarkMark,
     fixture_key,
@@ -30,6 +29,7 @@ from pytest_mps.benchmark.keys import (
 from pytest_mps.benchmark.options import (
     mark_kwargs,
 )
+from pytest_mps.benchmark.reading import read_options
 from pytest_mps.benchmark.records import BenchmarkOptions, parse_fail_expr
 
 if TYPE_CHECKING:
