@@ -121,7 +121,8 @@ def _fail_expr(value: str, where: str) -> FailExpr:
     return parse_fail_expr(value, where)
 
 
-def _processes(value: str, where: str) -> int:
+def parse_processes(value: str, where: str) -> int:
+    """The A/B gate's process pairs, checked as the gate checks them."""
     from pytest_mps.benchmark.ab import valid_processes
 
     return valid_processes(value, where)
@@ -143,7 +144,7 @@ _VALUED: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "--mps-benchmark-devices": (o.parse_device_list, DEVICES_HELP),
     "--mps-benchmark-cprofile": (o.parse_cprofile_column, CPROFILE_HELP),
     "--mps-benchmark-compare-rev": (o.parse_rev, COMPARE_REV_HELP),
-    "--mps-benchmark-compare-processes": (_processes, COMPARE_PROCESSES_HELP),
+    "--mps-benchmark-compare-processes": (parse_processes, COMPARE_PROCESSES_HELP),
     "--mps-benchmark-compare-machine": (o.parse_compare_machine, COMPARE_MACHINE_HELP),
 }
 # flag -> help; store_true flags with a boolean ini twin.

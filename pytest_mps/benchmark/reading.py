@@ -15,16 +15,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_mps.benchmark import options as o
+from pytest_mps.benchmark.flags import parse_processes
 from pytest_mps.options import read_setting
 
 if TYPE_CHECKING:
     from pytest_mps.benchmark.records import BenchmarkOptions, Table
-
-
-def _processes(value: str, where: str) -> int:
-    from pytest_mps.benchmark.ab import valid_processes
-
-    return valid_processes(value, where)
 
 
 def _setting(config: pytest.Config, name: str, parse: Callable[[str, str], Any]) -> Any:
@@ -134,7 +129,7 @@ def read_options(config: pytest.Config) -> BenchmarkOptions:
         cprofile=_setting(config, "mps_benchmark_cprofile", o.parse_cprofile_column),
         compare_rev=_setting(config, "mps_benchmark_compare_rev", o.parse_rev),
         compare_processes=_setting(
-            config, "mps_benchmark_compare_processes", _processes
+            config, "mps_benchmark_compare_processes", parse_processes
         )
         or o.COMPARE_PROCESSES,
         compare_machine=_setting(
