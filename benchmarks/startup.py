@@ -18,6 +18,15 @@ the same code). It prints each configuration's median wall time and the
 median of the paired differences against ``plain``. The goal for pytest-mps
 is a paired median difference of at most 15 ms over at least 30 pairs.
 
+By default it measures pytest-mps as users get it: this checkout built and
+installed from a wheel into a temporary venv (which sees the running venv's
+packages through a ``.pth`` line, not its editable install). The difference
+matters: pytest rewrites the asserts of every module of a ``pytest11``
+distribution, and an editable install lists none of its modules, so measuring
+one under-reads what a wheel's user pays (it read 46 million instructions
+where the wheel read 94, before the start-up modules bypassed the rewrite
+hook). ``--install current`` measures the running interpreter's install.
+
 ``--instructions`` also counts the instructions each configuration's pytest
 process runs, under ``valgrind --tool=callgrind`` (Debian's valgrind): a count
 that does not move with the machine's load, for steering work whose effect is
@@ -25,6 +34,7 @@ smaller than the noise.
 
     python benchmarks/startup.py --pairs 31
     python benchmarks/startup.py --pairs 31 --instructions
+    python benchmarks/startup.py --install current
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import importlib.util
 import os
 import re
 import shutil
+import site
 import statistics
 import subprocess
 import sys
@@ -51,8 +62,40 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENV["PYTHONHASHSEED"] = "0"
 
 
+#: The interpreter whose pytest is measured (a wheel venv's, by default).
+PYTHON = [sys.executable]
+
+
 def command(extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
+    return [PYTHON[0], "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
+
+
+def wheel_venv(folder: Path) -> str:
+    """A venv holding this checkout's wheel; the rest comes from the running venv.
+
+    Returns its interpreter. The running venv's site-packages are added by a
+    ``.pth`` line, so its packages (pytest, its plugins) import, but its own
+    ``.pth`` files, an editable install's finder among them, do not run.
+    """
+    root = Path(__file__).resolve().parent.parent
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(purelib, "running_venv.pth").write_text("\n".join(site.getsitepackages()))
+    print("building and installing this checkout's wheel...", file=sys.stderr)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+    subprocess.run(
+        [*pip, "--no-build-isolation", "--target", purelib, root],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return str(python)
 
 
 def run_once(folder: Path, extra: list[str]) -> float:
@@ -96,6 +139,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--install", choices=("wheel", "current"), default="wheel")
     args = parser.parse_args()
     if args.pairs < 1 or args.repeat < 1:
         parser.error("--pairs and --repeat must be at least 1")
@@ -108,6 +152,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if args.install == "wheel":
+            PYTHON[0] = wheel_venv(folder)
         (folder / "pytest.ini").write_text("[pytest]\n")
         (folder / "test_one.py").write_text(SUITE)
         for extra in configs.values():  # compile and cache bytecode first
@@ -135,9 +181,14 @@ def main() -> None:
         if args.instructions:
             counted = {name: instructions(folder, x) for name, x in configs.items()}
 
+    installed = {
+        "wheel": "this checkout's wheel in a temporary venv",
+        "current": f"the install {sys.executable} imports",
+    }[args.install]
     print(
         f"pytest start-up, one test: {args.pairs} interleaved pairs, the fastest "
-        f"of {args.repeat} runs of each configuration in each"
+        f"of {args.repeat} runs of each configuration in each; pytest-mps from "
+        f"{installed}"
     )
     print(f"{'configuration':<14} {'median ms':>10} {'plain minus this, ms':>22}")
     for name, values in times.items():

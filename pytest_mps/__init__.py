@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-# Their asserts give the messages users read; register before first import.
-pytest.register_assert_rewrite("pytest_mps.assertions", "pytest_mps.parity.check")
+#: The modules whose asserts give the messages users read: pytest rewrites
+#: them (registered before their first import; :mod:`.plugin` leaves them to
+#: pytest's hook when it loads the others from their files).
+REWRITTEN = ("pytest_mps.assertions", "pytest_mps.parity.check")
+pytest.register_assert_rewrite(*REWRITTEN)
 
 if TYPE_CHECKING:
     from pytest_mps.assertions import assert_on_device, assert_same_device

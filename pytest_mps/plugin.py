@@ -9,14 +9,31 @@ pytest resolves every ``pytest_plugins`` entry by scanning the entry points of
 every installed distribution first (``PytestPluginManager.import_plugin`` with
 ``consider_entry_points=True``), about 3 ms per entry in a venv of 60
 packages, which was most of what the plugin added to each pytest start.
+
+While it loads them, :class:`FromFiles` finds the package's own modules from
+their files. pytest rewrites the asserts of every module of a distribution
+that declares a ``pytest11`` entry point (``Config._mark_plugins_for_rewrite``),
+which for an installed (not editable) pytest-mps meant each start-up module
+was looked up twice, its whole source read and hashed to validate the
+rewritten bytecode, and that bytecode loaded: half of all it added to a pytest
+start (94 million instructions against 43 without, ``benchmarks/startup.py
+--instructions`` on a regular install). Their asserts are internal checks no
+user reads; the modules whose asserts users read are still rewritten.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from importlib.util import spec_from_file_location
 from types import ModuleType
 
 import pytest
+
+from pytest_mps import REWRITTEN
 
 MODULES = (
     "pytest_mps.ownership",
@@ -42,10 +59,49 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # ``-p no:pytest_mps.<name>`` stays out, as it would there. Unlike there,
     # pytest does not rewrite these modules' asserts: they hold none a user
     # reads (the assertion helpers register for rewriting in __init__).
-    for name in MODULES:
-        if pluginmanager.is_blocked(name) or pluginmanager.get_plugin(name) is not None:
-            continue
-        pluginmanager.register(own_surface(importlib.import_module(name)), name)
+    finder = FromFiles(os.path.dirname(__file__))
+    sys.meta_path.insert(0, finder)
+    try:
+        for name in MODULES:
+            if pluginmanager.is_blocked(name) or pluginmanager.get_plugin(name):
+                continue
+            pluginmanager.register(own_surface(importlib.import_module(name)), name)
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class FromFiles:
+    """A meta path finder for ``pytest_mps.*`` modules, straight from their files.
+
+    Installed first on ``sys.meta_path`` only while :func:`pytest_addhooks`
+    imports the start-up modules (and what they import of the package), so
+    neither pytest's assertion-rewriting hook nor a second path search sees
+    them; bytecode is cached as for any import. The modules in
+    ``pytest_mps.REWRITTEN``, and any name without a file here, are left to
+    the usual finders.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def find_spec(
+        self,
+        name: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
+        """The spec of ``name`` from its file here, or None to leave it alone."""
+        if not name.startswith("pytest_mps.") or name in REWRITTEN:
+            return None
+        base = os.path.join(self.root, *name.split(".")[1:])
+        if os.path.isfile(base + ".py"):
+            return spec_from_file_location(name, base + ".py")
+        init = os.path.join(base, "__init__.py")
+        if os.path.isfile(init):
+            return spec_from_file_location(
+                name, init, submodule_search_locations=[base]
+            )
+        return None
 
 
 def own_surface(module: ModuleType) -> ModuleType:

@@ -496,3 +496,39 @@ def test_pytest_scans_only_what_our_modules_define(pytester: pytest.Pytester) ->
     result.assert_outcomes(passed=1)
     # imports (pytest, re) are gone; the fixture and the hooks stay
     result.stdout.fnmatch_lines(["*surface: False False True True"])
+
+
+LOADERS_SEEN = """
+import sys
+
+def test_loaders():
+    import pytest_mps.assertions
+
+    def loader(name):
+        return type(sys.modules[name].__loader__).__name__
+
+    print("loaders:", loader("pytest_mps.devices"), loader("pytest_mps.watch.plugin"),
+          loader("pytest_mps.watch.settings"), loader("pytest_mps.assertions"))
+"""
+
+
+def test_start_up_modules_skip_the_rewrite_hook_that_user_facing_ones_keep(
+    pytester: pytest.Pytester,
+) -> None:
+    """Installed from a wheel, the package is marked for rewriting as a plugin's.
+
+    pytest marks every module of a ``pytest11`` distribution for assertion
+    rewriting; ``-p mark_all`` does the same here, where the editable install
+    lists no module files. The start-up modules still load from their files;
+    the assertion helpers stay rewritten.
+    """
+    pytester.makepyfile(
+        mark_all="import pytest\npytest.register_assert_rewrite('pytest_mps')\n"
+    )
+    pytester.makepyfile(test_loaders=LOADERS_SEEN)
+    result = pytester.runpytest_subprocess(
+        "-s", "-p", "no:cacheprovider", "-p", "mark_all"
+    )
+    result.assert_outcomes(passed=1)
+    start_up = "SourceFileLoader SourceFileLoader SourceFileLoader"
+    result.stdout.fnmatch_lines([f"*loaders: {start_up} AssertionRewritingHook"])
