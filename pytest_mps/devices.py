@@ -24,7 +24,7 @@ DEVICE_HELP = (
 MPS_HELP = "run on the Apple GPU (shorthand for --device mps); stop if MPS is unusable."
 
 #: The devices chosen for this session, canonical ids (``cpu``, ``mps``, ``cuda:0``).
-devices_key = pytest.StashKey[list[str]]()
+devices_key: pytest.StashKey[list[str]] = pytest.StashKey()
 
 # compiled on first use (re's cache): 50 us of every start-up otherwise
 _SPEC = r"^(cpu|mps|cuda|auto)(?::(\d+))?$"
@@ -358,7 +358,7 @@ def _test_devices(item: pytest.Item) -> list[str]:
     return list(session)
 
 
-mark_error_key = pytest.StashKey[str]()
+mark_error_key: pytest.StashKey[str] = pytest.StashKey()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

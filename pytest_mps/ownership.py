@@ -106,7 +106,7 @@ class Yielded:
         return f"yielded to the project's own {', '.join(parts)}" if parts else None
 
 
-yielded_key = pytest.StashKey[Yielded]()
+yielded_key: pytest.StashKey[Yielded] = pytest.StashKey()
 
 # The parser of each session, by plugin manager (pytester runs several sessions
 # in one process); filled in pytest_addoption.

@@ -29,8 +29,8 @@ REPORT_HELP = (
     "...) as JSON to PATH, for CI tooling."
 )
 
-_sections_key = pytest.StashKey[dict[str, Any]]()
-_path_key = pytest.StashKey[Path | None]()
+_sections_key: pytest.StashKey[dict[str, Any]] = pytest.StashKey()
+_path_key: pytest.StashKey[Path | None] = pytest.StashKey()
 
 
 def _parse_report_path(value: str, where: str) -> str:

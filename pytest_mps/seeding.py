@@ -15,7 +15,7 @@ SEED_HELP = (
     "fresh one per session. Default: derived from each test's id, so reruns repeat."
 )
 
-seed_key = pytest.StashKey[int]()
+seed_key: pytest.StashKey[int] = pytest.StashKey()
 _MAX_SEED = 2**32 - 1
 
 
@@ -47,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("mps_seed", SEED_HELP, default=None)
 
 
-_session_seed_key = pytest.StashKey[int | None]()
+_session_seed_key: pytest.StashKey[int | None] = pytest.StashKey()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -78,7 +78,7 @@ class Limit:
         return f"{self.seconds:g} s ({self.where})"
 
 
-_limit_key = pytest.StashKey["Limit | None"]()
+_limit_key: pytest.StashKey[Limit | None] = pytest.StashKey()
 
 
 def session_limit(config: pytest.Config) -> Limit | None:

@@ -10,11 +10,14 @@ cheap way in; :mod:`.findings` keeps what the watchers found; the watchers are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-#: ``callback(func, args, kwargs) -> None``, called before each watched aten op.
-OpCallback = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], None]
+if TYPE_CHECKING:  # a type alias: building it at run time costs every start-up
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    #: ``callback(func, args, kwargs) -> None``, called before each watched op.
+    OpCallback = Callable[[Any, tuple[Any, ...], Mapping[str, Any]], None]
 
 #: The session's ``python_files`` globs, which :mod:`.plugin` sets: the files
 #: that hold the tests' own checks (:func:`.attribution.is_test_file`).

@@ -11,11 +11,14 @@ too) for the summary and the ``--mps-report`` JSON.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch import settings
+
+if TYPE_CHECKING:
+    from pytest_mps.watch import OpCallback
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -42,17 +42,20 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_mps import ownership
 from pytest_mps.devices import devices_key
-from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch import settings
 from pytest_mps.watch.attribution import CODE, HOST_SYNC, side_for, whose
 from pytest_mps.watch.device_mix import is_cpu
 from pytest_mps.watch.findings import TestFindings, findings_for
 from pytest_mps.watch.locations import called_by_pytest, in_functions, user_location
+
+if TYPE_CHECKING:
+    from pytest_mps.watch import OpCallback
 
 
 class HostSyncError(AssertionError):

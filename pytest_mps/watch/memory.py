@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Generator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
 from pytest_mps import accelerator, ownership
 from pytest_mps.devices import devices_key
-from pytest_mps.watch import OpCallback, settings
+from pytest_mps.watch import settings
 from pytest_mps.watch.attribution import plugin_work
+
+if TYPE_CHECKING:
+    from pytest_mps.watch import OpCallback
 
 MIB = 1024 * 1024
 

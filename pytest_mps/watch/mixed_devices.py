@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_mps import ownership
-from pytest_mps.watch import OpCallback, device_mix, settings
+from pytest_mps.watch import device_mix, settings
 from pytest_mps.watch.attribution import CODE, side_for, whose
 from pytest_mps.watch.device_mix import (
     MIXED,
@@ -43,6 +43,9 @@ from pytest_mps.watch.device_mix import (
 )
 from pytest_mps.watch.findings import TestFindings, describe, findings_for
 from pytest_mps.watch.locations import user_location
+
+if TYPE_CHECKING:
+    from pytest_mps.watch import OpCallback
 
 
 class DeviceGuard:

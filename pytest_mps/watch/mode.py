@@ -61,9 +61,10 @@ import contextlib
 import types
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_mps.watch import OpCallback
+if TYPE_CHECKING:
+    from pytest_mps.watch import OpCallback
 
 _NO_KWARGS: Mapping[str, Any] = types.MappingProxyType({})
 

@@ -46,7 +46,7 @@ def mps_memory(request: pytest.FixtureRequest) -> MemoryUsage:
 
 _WATCHERS = ("fallback", "mixed_devices", "host_sync", "memory")
 #: The names of the watcher modules registered in this session.
-_registered_key = pytest.StashKey[set[str]]()
+_registered_key: pytest.StashKey[set[str]] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

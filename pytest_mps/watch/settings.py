@@ -62,7 +62,7 @@ MEMORY_PROPERTY = "pytest_mps.memory"
 parse_mode = choice(MODES, "mode")
 
 #: The session's mixed-device mode (error, warn, off).
-mixed_mode_key = pytest.StashKey[str]()
+mixed_mode_key: pytest.StashKey[str] = pytest.StashKey()
 
 #: Whether the running test's device is the CPU: ``forbid_host_sync()``'s default
 #: for counting CPU tensors as device tensors. Set before each test.
@@ -71,7 +71,7 @@ running_on_cpu = [False]
 #: before each test for ``forbid_host_sync()``, which has no test at hand.
 expected_syncs: list[tuple[tuple[str, str], ...]] = [()]
 #: The same pairs, read once per session.
-expected_syncs_key = pytest.StashKey[tuple[tuple[str, str], ...]]()
+expected_syncs_key: pytest.StashKey[tuple[tuple[str, str], ...]] = pytest.StashKey()
 
 
 def parse_expected_syncs(config: pytest.Config) -> tuple[tuple[str, str], ...]:
