@@ -16,7 +16,7 @@ that declares a ``pytest11`` entry point (``Config._mark_plugins_for_rewrite``),
 which for an installed (not editable) pytest-mps meant each start-up module
 was looked up twice, its whole source read and hashed to validate the
 rewritten bytecode, and that bytecode loaded: half of all it added to a pytest
-start (94 million instructions against 43 without, ``benchmarks/startup.py
+start (96 million instructions against 44 without, ``benchmarks/startup.py
 --instructions`` on a regular install). Their asserts are internal checks no
 user reads; the modules whose asserts users read are still rewritten.
 """
