@@ -10,15 +10,17 @@ every installed distribution first (``PytestPluginManager.import_plugin`` with
 ``consider_entry_points=True``), about 3 ms per entry in a venv of 60
 packages, which was most of what the plugin added to each pytest start.
 
-While it loads them, :class:`FromFiles` finds the package's own modules from
-their files. pytest rewrites the asserts of every module of a distribution
-that declares a ``pytest11`` entry point (``Config._mark_plugins_for_rewrite``),
-which for an installed (not editable) pytest-mps meant each start-up module
-was looked up twice, its whole source read and hashed to validate the
-rewritten bytecode, and that bytecode loaded: half of all it added to a pytest
-start (96 million instructions against 44 without, ``benchmarks/startup.py
---instructions`` on a regular install). Their asserts are internal checks no
-user reads; the modules whose asserts users read are still rewritten.
+While it loads them, and from ``pytest_configure`` to the session's end,
+:class:`FromFiles` finds the package's own modules from their files. pytest
+rewrites the asserts of every module of a distribution that declares a
+``pytest11`` entry point (``Config._mark_plugins_for_rewrite``), which for an
+installed (not editable) pytest-mps meant each module was looked up twice, its
+whole source read and hashed to validate the rewritten bytecode, and that
+bytecode loaded: half of all it added to a pytest start (96 million
+instructions against 44 without, ``benchmarks/startup.py --instructions`` on a
+regular install), and where bytecode cannot be cached, every module parsed and
+rewritten again at every run. Their asserts are internal checks no user reads;
+the modules whose asserts users read are still rewritten.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from importlib.util import spec_from_file_location
 from types import ModuleType
@@ -59,30 +61,52 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # ``-p no:pytest_mps.<name>`` stays out, as it would there. Unlike there,
     # pytest does not rewrite these modules' asserts: they hold none a user
     # reads (the assertion helpers register for rewriting in __init__).
-    finder = FromFiles(os.path.dirname(__file__))
-    sys.meta_path.insert(0, finder)
+    remove = FromFiles.install()
     try:
         for name in MODULES:
             if pluginmanager.is_blocked(name) or pluginmanager.get_plugin(name):
                 continue
             pluginmanager.register(own_surface(importlib.import_module(name)), name)
     finally:
-        sys.meta_path.remove(finder)
+        remove()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # The families import their engines when a run or a test asks for them
+    # (40 more modules under --mps-emulate): from their files too, until the
+    # session's end. Where bytecode cannot be cached (PYTHONDONTWRITEBYTECODE=1,
+    # as many container images set, or a read-only site-packages) pytest would
+    # parse and rewrite each of them again at every run.
+    config.add_cleanup(FromFiles.install())
 
 
 class FromFiles:
     """A meta path finder for ``pytest_mps.*`` modules, straight from their files.
 
-    Installed first on ``sys.meta_path`` only while :func:`pytest_addhooks`
-    imports the start-up modules (and what they import of the package), so
-    neither pytest's assertion-rewriting hook nor a second path search sees
-    them; bytecode is cached as for any import. The modules in
+    Installed first on ``sys.meta_path`` while :func:`pytest_addhooks`
+    imports the start-up modules (and what they import of the package), and
+    again from ``pytest_configure`` to the session's end, so neither pytest's
+    assertion-rewriting hook nor a second path search sees them; bytecode is
+    cached as for any import. The modules in
     ``pytest_mps.REWRITTEN``, and any name without a file here, are left to
     the usual finders.
     """
 
     def __init__(self, root: str) -> None:
         self.root = root
+
+    @classmethod
+    def install(cls) -> Callable[[], None]:
+        """Put a finder for this package first on ``sys.meta_path``; return its undo."""
+        finder = cls(os.path.dirname(__file__))
+        sys.meta_path.insert(0, finder)
+
+        def remove() -> None:
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+
+        return remove
 
     def find_spec(
         self,

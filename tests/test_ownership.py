@@ -8,6 +8,7 @@ flags must still reach pytest-mps in the same project.
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -503,12 +504,13 @@ import sys
 
 def test_loaders():
     import pytest_mps.assertions
+    import pytest_mps.watch.memory  # an engine, imported once a test asks
 
     def loader(name):
         return type(sys.modules[name].__loader__).__name__
 
     print("loaders:", loader("pytest_mps.devices"), loader("pytest_mps.watch.plugin"),
-          loader("pytest_mps.watch.settings"), loader("pytest_mps.assertions"))
+          loader("pytest_mps.watch.memory"), loader("pytest_mps.assertions"))
 """
 
 
@@ -520,7 +522,7 @@ def test_start_up_modules_skip_the_rewrite_hook_that_user_facing_ones_keep(
     pytest marks every module of a ``pytest11`` distribution for assertion
     rewriting; ``-p mark_all`` does the same here, where the editable install
     lists no module files. The start-up modules still load from their files;
-    the assertion helpers stay rewritten.
+    the assertion helpers stay rewritten. The finder leaves with the session.
     """
     pytester.makepyfile(
         mark_all="import pytest\npytest.register_assert_rewrite('pytest_mps')\n"
@@ -530,5 +532,9 @@ def test_start_up_modules_skip_the_rewrite_hook_that_user_facing_ones_keep(
         "-s", "-p", "no:cacheprovider", "-p", "mark_all"
     )
     result.assert_outcomes(passed=1)
-    start_up = "SourceFileLoader SourceFileLoader SourceFileLoader"
-    result.stdout.fnmatch_lines([f"*loaders: {start_up} AssertionRewritingHook"])
+    from_files = "SourceFileLoader SourceFileLoader SourceFileLoader"
+    result.stdout.fnmatch_lines([f"*loaders: {from_files} AssertionRewritingHook"])
+    before = list(sys.meta_path)  # this session's finder among them
+    inline = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    inline.assert_outcomes(passed=1)
+    assert sys.meta_path == before
