@@ -32,6 +32,10 @@ one under-reads what a wheel's user pays (it read 46 million instructions
 where the wheel read 96, before the start-up modules bypassed the rewrite
 hook). ``--install current`` measures the running interpreter's install.
 
+``--dont-write-bytecode`` runs pytest with ``PYTHONDONTWRITEBYTECODE=1``, as
+many container images set it: there pytest cannot cache the modules it
+rewrites, and parses and rewrites them again at every start.
+
 ``--instructions`` also counts the instructions each configuration's pytest
 process runs, under ``valgrind --tool=callgrind`` (Debian's valgrind): a count
 that does not move with the machine's load, for steering work whose effect is
@@ -40,6 +44,7 @@ smaller than the noise.
     python benchmarks/startup.py --pairs 31
     python benchmarks/startup.py --pairs 31 --instructions
     python benchmarks/startup.py --install current
+    python benchmarks/startup.py --dont-write-bytecode
 """
 
 from __future__ import annotations
@@ -153,7 +158,16 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--install", choices=("wheel", "current"), default="wheel")
+    parser.add_argument(
+        "--dont-write-bytecode",
+        action="store_true",
+        help="run pytest with PYTHONDONTWRITEBYTECODE=1, as many container images"
+        " do: the wheel's own bytecode (compiled by pip) is read, but pytest"
+        " cannot cache the modules it rewrites",
+    )
     args = parser.parse_args()
+    if args.dont_write_bytecode:
+        ENV["PYTHONDONTWRITEBYTECODE"] = "1"
     if args.pairs < 1 or args.repeat < 1:
         parser.error("--pairs and --repeat must be at least 1")
     if args.instructions and shutil.which("valgrind") is None:
@@ -209,6 +223,7 @@ def main() -> None:
         f"pytest start-up, one test: {args.pairs} interleaved pairs, the fastest "
         f"of {args.repeat} runs of each configuration in each; pytest-mps from "
         f"{installed}"
+        + ("; PYTHONDONTWRITEBYTECODE=1" if args.dont_write_bytecode else "")
     )
     print(
         f"{'configuration':<14} {'median ms':>10} {'plain minus this, ms':>22}"
