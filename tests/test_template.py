@@ -56,6 +56,7 @@ PACKAGE_FILES = (
     "sample.py",
     "tokenizers.py",
     "train.py",
+    "train_graph.py",
     "train_progress.py",
     "trainer.py",
 )
@@ -76,6 +77,7 @@ TEST_FILES = (
     "test_sample_cli.py",
     "test_tokenizers.py",
     "test_train.py",
+    "test_train_graph.py",
     "test_training_equivalence.py",
 )
 TOP_FILES = (".gitignore", "LICENSE", "README.md", "pyproject.toml")

@@ -105,6 +105,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile": ("auto", "true", "false"),
     "eval_graph": ("auto", "true", "false"),
+    "train_graph": ("true", "false"),
     "optimizer": ("adamw", "muon"),
     "compile_mode": (
         "auto",
@@ -200,6 +201,12 @@ class Config:
         "evaluation passes as CUDA graphs of the uncompiled model: auto (on CUDA),"
         " true, false (the training model, compiled when compile is on: a second"
         " compile); captured at each evaluation's start, freed at its end",
+    )
+    train_graph: str = _opt(
+        "false",
+        "training steps as one CUDA graph of the uncompiled model, recorded after"
+        " a few eager steps and replayed: true (CUDA, --compile=false, one"
+        " process, no float16), false",
     )
     log_interval: int = _opt(10, "read the loss from the device every this many steps")
     always_save_checkpoint: bool = _opt(

@@ -104,6 +104,7 @@ class MuonAdamW(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
+            # a float, or a device tensor once make_capturable ran
             lr, decay = group["lr"], group["weight_decay"]
             if decay:  # decoupled weight decay, as AdamW's
                 torch._foreach_mul_(params, 1 - lr * decay)
@@ -113,7 +114,9 @@ class MuonAdamW(torch.optim.Optimizer):
                 self._adamw(params, lr, group["betas"], group["eps"])
         return loss
 
-    def _muon(self, params: list[torch.Tensor], lr: float, momentum: float) -> None:
+    def _muon(
+        self, params: list[torch.Tensor], lr: float | torch.Tensor, momentum: float
+    ) -> None:
         grads = [p.grad for p in params]
         bufs = []
         for p in params:
@@ -132,23 +135,32 @@ class MuonAdamW(torch.optim.Optimizer):
             # matrix (more outputs than inputs) gets them back (modded-nanogpt).
             scale = max(1.0, shape[0] / shape[1]) ** 0.5
             mine = [params[i] for i in index]
-            steps = list(updates.to(mine[0].dtype).unbind())
-            torch._foreach_add_(mine, steps, alpha=-lr * scale)
+            updates = updates.to(mine[0].dtype)
+            if isinstance(lr, torch.Tensor):  # alpha takes numbers only
+                updates = updates * (-lr * scale)
+                torch._foreach_add_(mine, list(updates.unbind()))
+            else:
+                torch._foreach_add_(mine, list(updates.unbind()), alpha=-lr * scale)
 
     def _adamw(
         self,
         params: list[torch.Tensor],
-        lr: float,
+        lr: float | torch.Tensor,
         betas: tuple[float, float],
         eps: float,
     ) -> None:
         grads = [p.grad for p in params]
+        on_device = isinstance(lr, torch.Tensor)  # capturable: no Python numbers
         for p in params:
             state = self.state[p]
             if "exp_avg" not in state:
                 state["step"] = 0  # a Python int: no tensor on the host per step
                 state["exp_avg"] = torch.zeros_like(p)
                 state["exp_avg_sq"] = torch.zeros_like(p)
+            if on_device and not isinstance(state["step"], torch.Tensor):
+                state["step"] = torch.tensor(float(state["step"]), device=p.device)
+            elif not on_device and isinstance(state["step"], torch.Tensor):
+                state["step"] = int(state["step"].item())  # a graphed run's state
             state["step"] += 1
         states = [self.state[p] for p in params]
         step = states[0]["step"]  # one group's tensors step together
@@ -161,7 +173,37 @@ class MuonAdamW(torch.optim.Optimizer):
         denom = torch._foreach_div(exp_avg_sq, 1 - beta2**step)
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, eps)
-        torch._foreach_addcdiv_(params, exp_avg, denom, value=-lr / (1 - beta1**step))
+        if on_device:  # addcdiv's value takes numbers only
+            update = torch._foreach_div(exp_avg, denom)
+            torch._foreach_mul_(update, -lr / (1 - beta1**step))
+            torch._foreach_add_(params, update)
+        else:
+            step_size = -lr / (1 - beta1**step)
+            torch._foreach_addcdiv_(params, exp_avg, denom, value=step_size)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's learning rate for this step: `lr` times its `lr_scale` (Muon's
+    share), written into the device tensor where make_capturable put one."""
+    for group in optimizer.param_groups:
+        value = lr * group.get("lr_scale", 1.0)
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)
+        else:
+            group["lr"] = value
+
+
+def make_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Keep `optimizer`'s learning rates and step counts on `device`, so that a
+    step recorded in a CUDA graph reads each replay's values (train_graph.py)."""
+    for group in optimizer.param_groups:
+        group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        if isinstance(optimizer, torch.optim.AdamW):  # the fused kernel's too
+            group["capturable"] = True
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                optimizer.state[p]["step"] = step.to(device)
 
 
 def lr_at(cfg: Config, it: int) -> float:

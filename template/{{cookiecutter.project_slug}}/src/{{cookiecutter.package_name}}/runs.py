@@ -43,6 +43,7 @@ RUN_FILES = ("ckpt.pt", "loss.csv", "loss.png")
 NOT_INHERITED = (
     *MACHINE_SETTINGS,
     "eval_graph",
+    "train_graph",
     "init_from",
     "overwrite",
     "allow_changes",

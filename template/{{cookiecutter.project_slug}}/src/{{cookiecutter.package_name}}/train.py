@@ -38,7 +38,7 @@ from .device import (
     rng_state,
 )
 from .files import ensure_writable
-from .optim import lr_at
+from .optim import lr_at, set_lr
 from .train_progress import Progress, evaluation_progress
 from .trainer import Trainer, setup
 
@@ -300,10 +300,8 @@ def _loop(t: Trainer, progress: Progress, stop: runs.StopSignal) -> TrainResult:
         if agreed if t.dist.enabled else stop.signum:
             saved = _save_on_stop(t, progress, stop, saved, saved_at)
             break
-        lr = lr_at(cfg, it)
-        for group in t.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's: muon_lr's share
-        loss = train_step(t)
+        set_lr(t.optimizer, lr_at(cfg, it))
+        loss = t.graphed_step(t, train_step) if t.graphed_step else train_step(t)
         t.iter_num += 1
         if it % cfg.log_interval == 0 or t.iter_num == cfg.max_iters:
             # The one host read, every log_interval steps (the mean over ranks;

@@ -16,7 +16,15 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, compile_cache, distributed, eval_graph, optim, runs
+from . import (
+    checkpoint,
+    compile_cache,
+    distributed,
+    eval_graph,
+    optim,
+    runs,
+    train_graph,
+)
 from .config import Config
 from .data import Batches, load_dataset
 from .device import (
@@ -55,6 +63,8 @@ class Trainer:
     compile_mode: str = "off"  # the torch.compile mode in use, or off
     # evaluation passes as CUDA graphs of `model` (--eval_graph); None: step_model
     graphed_loss: eval_graph.GraphedLoss | None = None
+    # training steps as one CUDA graph of `model` (--train_graph); None: eager
+    graphed_step: train_graph.GraphedStep | None = None
     # The run's clock: seconds since train() began, plus earlier processes' time
     # (resumed runs), at each evaluation's end and each logged loss.
     eval_seconds: dict[int, float] = field(default_factory=dict)
@@ -156,10 +166,15 @@ def create(
     graphed = None
     if eval_graph.wanted(cfg.eval_graph, runtime.device):
         graphed = eval_graph.GraphedLoss(model, runtime.dtype)
+    stepped = None
+    if train_graph.check(cfg.train_graph, runtime.device, runtime.compile,
+                         dist.world_size, scaler is not None):  # fmt: skip
+        optim.make_capturable(optimizer, runtime.device)
+        stepped = train_graph.GraphedStep()
     return Trainer(
         cfg, runtime, model, step_model, ddp, dist, micro_steps, optimizer, scaler,
         batches, splits, tokenizer_meta, compile_mode=compile_mode,
-        graphed_loss=graphed,
+        graphed_loss=graphed, graphed_step=stepped,
     )  # fmt: skip
 
 
@@ -242,6 +257,8 @@ def setup(
     try:
         trainer.model.load_state_dict(state["model"])
         trainer.optimizer.load_state_dict(state["optimizer"])
+        if trainer.graphed_step is not None:  # the loaded groups hold floats
+            optim.make_capturable(trainer.optimizer, runtime.device)
         if trainer.scaler is not None and state.get("scaler"):
             trainer.scaler.load_state_dict(state["scaler"])
         trainer.batches.load_state_dict(state["batches"])
