@@ -29,6 +29,8 @@ def test_the_fast_recipe_is_the_default_where_it_measured_faster():
     fast = parse_args(["--preset=shakespeare_char"])
     assert fast.recipe == "fast"
     assert (fast.optimizer, fast.max_iters, fast.lr_decay_steps) == ("muon", 1500, 1500)
+    # uncompiled: on CUDA each step is replayed as a graph instead
+    assert (fast.compile, fast.train_graph) == ("false", "auto")
     # the model and the rest of nanoGPT's settings stay the preset's
     nanogpt = Config.for_preset("shakespeare_char", "nanogpt")
     assert (fast.n_layer, fast.dropout, fast.learning_rate) == (6, 0.2, 1e-3)

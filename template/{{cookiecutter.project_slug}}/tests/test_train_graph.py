@@ -5,7 +5,13 @@ import torch
 
 from {{ cookiecutter.package_name }}.config import replace
 from {{ cookiecutter.package_name }}.errors import DeviceError
-from {{ cookiecutter.package_name }}.optim import lr_at, make_capturable, set_lr
+from {{ cookiecutter.package_name }}.optim import (
+    MuonAdamW,
+    lr_at,
+    make_capturable,
+    portable_state,
+    set_lr,
+)
 from {{ cookiecutter.package_name }}.train import train_step
 from {{ cookiecutter.package_name }}.train_graph import EAGER_STEPS, refusal
 from {{ cookiecutter.package_name }}.trainer import setup
@@ -23,10 +29,14 @@ def test_each_reason_a_graph_cannot_run_is_named():
     assert "--dtype=bfloat16" in refusal("true", cuda, False, 1, True)
 
 
-def test_setup_refuses_a_train_graph_it_cannot_run_and_defaults_to_none(
+def test_setup_graphs_steps_where_it_can_and_refuses_true_elsewhere(
     small_config, device
 ):
-    assert setup(small_config, log=lambda _: None).graphed_step is None
+    # small_config is uncompiled, one process, float32: auto graphs on CUDA only
+    auto = setup(small_config, log=lambda _: None).graphed_step
+    assert (auto is not None) == (device.type == "cuda")
+    off = replace(small_config, train_graph="false")
+    assert setup(off, log=lambda _: None).graphed_step is None
     if device.type != "cuda":
         with pytest.raises(DeviceError, match=r"--train_graph=true needs a CUDA"):
             setup(replace(small_config, train_graph="true"), log=lambda _: None)
@@ -38,7 +48,7 @@ def test_device_learning_rates_step_as_the_python_numbers_do(
 ):
     # make_capturable moves the schedule's values onto the device: the same
     # updates, read from tensors a graph can replay
-    cfg = replace(small_config, optimizer=optimizer, dropout=0.0)
+    cfg = replace(small_config, optimizer=optimizer, dropout=0.0, train_graph="false")
     plain = setup(cfg, log=lambda _: None)
     tensors = setup(cfg, log=lambda _: None)
     make_capturable(tensors.optimizer, device)
@@ -59,12 +69,37 @@ def test_device_learning_rates_step_as_the_python_numbers_do(
     assert lrs == pytest.approx([g["lr"] for g in plain.optimizer.param_groups])
 
 
+def test_a_checkpoint_holds_numbers_where_the_run_kept_tensors(small_config, device):
+    cfg = replace(small_config, optimizer="muon")
+    t = setup(cfg, log=lambda _: None)
+    make_capturable(t.optimizer, device)
+    set_lr(t.optimizer, 0.01)
+    train_step(t)
+    saved = portable_state(t.optimizer)
+    assert [g["lr"] for g in saved["param_groups"]] == pytest.approx(
+        [0.01 * g["lr_scale"] for g in t.optimizer.param_groups]
+    )
+    assert all(isinstance(g["lr"], float) for g in saved["param_groups"])
+    # a run without graphs (here, on the CPU) takes it up and steps on
+    again = setup(replace(cfg, device="cpu", train_graph="false"), log=lambda _: None)
+    assert isinstance(again.optimizer, MuonAdamW)
+    again.optimizer.load_state_dict(saved)
+    set_lr(again.optimizer, 0.01)
+    before = [p.detach().clone() for p in again.model.parameters()]
+    train_step(again)
+    moved = [
+        not torch.equal(a, p)
+        for a, p in zip(before, again.model.parameters(), strict=True)
+    ]
+    assert all(moved)
+
+
 @pytest.mark.parametrize("optimizer", ["muon", "adamw"])
 def test_graphed_steps_train_as_the_eager_ones(small_config, device, optimizer):
     if device.type != "cuda":
         pytest.skip("CUDA graphs are recorded on CUDA devices only")
     cfg = replace(small_config, optimizer=optimizer, dropout=0.0,
-                  gradient_accumulation_steps=2)  # fmt: skip
+                  gradient_accumulation_steps=2, train_graph="false")  # fmt: skip
     eager = setup(cfg, log=lambda _: None)
     make_capturable(eager.optimizer, device)  # the same update, in numbers
     graphed = setup(replace(cfg, train_graph="true"), log=lambda _: None)

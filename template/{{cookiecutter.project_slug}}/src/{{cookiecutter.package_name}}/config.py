@@ -84,13 +84,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 # spells it (AdamW, its schedule). "fast", the default, changes the presets where
 # it measured faster: on shakespeare_char, Muon over a 1500-step schedule reached
 # nanoGPT's mean best val loss in 0.49x nanoGPT's time from a cold start (8 seeds
-# of 8, an H200; pytest-mps's docs/benchmarks.md). Settings you type win over both.
+# of 8, an H200; pytest-mps's docs/benchmarks.md), and sooner still uncompiled
+# with each step replayed as a CUDA graph (train_graph=auto) than compiled.
+# Settings you type win over both.
 RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     "fast": {
         "shakespeare_char": {
             "optimizer": "muon",
             "max_iters": 1500,
             "lr_decay_iters": 1500,
+            "compile": "false",
         },
     },
     "nanogpt": {},
@@ -105,7 +108,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("auto", "float32", "bfloat16", "float16"),
     "compile": ("auto", "true", "false"),
     "eval_graph": ("auto", "true", "false"),
-    "train_graph": ("true", "false"),
+    "train_graph": ("auto", "true", "false"),
     "optimizer": ("adamw", "muon"),
     "compile_mode": (
         "auto",
@@ -203,10 +206,10 @@ class Config:
         " compile); captured at each evaluation's start, freed at its end",
     )
     train_graph: str = _opt(
-        "false",
+        "auto",
         "training steps as one CUDA graph of the uncompiled model, recorded after"
-        " a few eager steps and replayed: true (CUDA, --compile=false, one"
-        " process, no float16), false",
+        " a few eager steps and replayed: auto (where it can run: CUDA, compile"
+        " off, one process, no float16), true (refused elsewhere), false",
     )
     log_interval: int = _opt(10, "read the loss from the device every this many steps")
     always_save_checkpoint: bool = _opt(

@@ -206,6 +206,19 @@ def make_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> N
                 optimizer.state[p]["step"] = step.to(device)
 
 
+def portable_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """`optimizer.state_dict()` as a run without graphs loads it, on any device:
+    learning rates as numbers, AdamW's `capturable` off (make_capturable sets
+    them again when the loading run graphs its steps)."""
+    state = optimizer.state_dict()
+    for group in state["param_groups"]:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+        if group.get("capturable"):
+            group["capturable"] = False
+    return state
+
+
 def lr_at(cfg: Config, it: int) -> float:
     """Linear warmup, then cosine decay to min_lr; constant when decay_lr is off."""
     if not cfg.decay_lr:

@@ -38,7 +38,7 @@ from .device import (
     rng_state,
 )
 from .files import ensure_writable
-from .optim import lr_at, set_lr
+from .optim import lr_at, portable_state, set_lr
 from .train_progress import Progress, evaluation_progress
 from .trainer import Trainer, setup
 
@@ -149,7 +149,7 @@ def save(t: Trainer, streams: list[tuple[dict[int, torch.Tensor], Any]]) -> Path
     checkpoint.save(
         {
             "model": t.model.state_dict(),
-            "optimizer": t.optimizer.state_dict(),
+            "optimizer": portable_state(t.optimizer),
             "scaler": t.scaler.state_dict() if t.scaler is not None else {},
             "model_config": t.model.cfg.to_dict(),
             "config": t.cfg.to_dict(),

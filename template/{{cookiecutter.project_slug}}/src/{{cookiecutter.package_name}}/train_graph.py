@@ -10,8 +10,9 @@ later step: the same kernels, one launch. The learning rate and the optimizer's
 step count live on the device (optim.make_capturable), so the replays follow the
 schedule; dropout's random numbers advance with each replay.
 
-CUDA only, uncompiled, one process and no gradient scaler (bfloat16 or float32);
-elsewhere `--train_graph=true` is refused by name.
+CUDA only, uncompiled, one process and no gradient scaler (bfloat16 or float32):
+`--train_graph=auto` (the default) graphs where those hold, and `true` is
+refused by name elsewhere.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ EAGER_STEPS = 3
 def refusal(
     setting: str, device: torch.device, compiled: bool, processes: int, scaled: bool
 ) -> str | None:
-    """Why `--train_graph=setting` cannot run here, or None when it can (or is off)."""
+    """Why `--train_graph=setting` cannot run here, or None when it can (or is off).
+
+    `auto` is never refused: it graphs where `true` would run.
+    """
     if setting != "true":
         return None
     if device.type != "cuda":
@@ -55,10 +59,12 @@ def refusal(
 def check(
     setting: str, device: torch.device, compiled: bool, processes: int, scaled: bool
 ) -> bool:
-    """Whether to graph training steps; a DeviceError says why it cannot."""
+    """Whether to graph training steps; a DeviceError says why `true` cannot."""
+    if setting == "auto":
+        return refusal("true", device, compiled, processes, scaled) is None
     reason = refusal(setting, device, compiled, processes, scaled)
     if reason is not None:
-        raise DeviceError(f"{reason} (or --train_graph=false)")
+        raise DeviceError(f"{reason} (or --train_graph=auto or false)")
     return setting == "true"
 
 
