@@ -30,6 +30,7 @@ MAX_ITERS = 200 if PACED else 3000
 # Dropout and two micro-batches per step: the resumed run must restore the
 # random state and every batch stream, not only the weights.
 SMALL = {
+    "preset": "tiny",  # whichever preset the project was baked with
     "n_layer": 2,
     "n_head": 2,
     "n_embd": 32,

@@ -16,6 +16,7 @@ from {{ cookiecutter.package_name }}.config import parse_args
 from {{ cookiecutter.package_name }}.train import train
 
 SMALL = {
+    "preset": "tiny",  # whichever preset the project was baked with
     "n_layer": 2,
     "n_head": 2,
     "n_embd": 32,

@@ -150,17 +150,20 @@ class MuonAdamW(torch.optim.Optimizer):
         eps: float,
     ) -> None:
         grads = [p.grad for p in params]
-        on_device = isinstance(lr, torch.Tensor)  # capturable: no Python numbers
+        # capturable (make_capturable): the step count lives on the device too;
+        # once a tensor (a graphed run's checkpoint) it stays one: no read back
+        on_device = isinstance(lr, torch.Tensor)
         for p in params:
             state = self.state[p]
             if "exp_avg" not in state:
                 state["step"] = 0  # a Python int: no tensor on the host per step
                 state["exp_avg"] = torch.zeros_like(p)
                 state["exp_avg_sq"] = torch.zeros_like(p)
-            if on_device and not isinstance(state["step"], torch.Tensor):
-                state["step"] = torch.tensor(float(state["step"]), device=p.device)
-            elif not on_device and isinstance(state["step"], torch.Tensor):
-                state["step"] = int(state["step"].item())  # a graphed run's state
+            step = state["step"]
+            if isinstance(step, torch.Tensor) and step.device != p.device:
+                state["step"] = step.to(p.device)
+            elif on_device and not isinstance(step, torch.Tensor):
+                state["step"] = torch.tensor(float(step), device=p.device)
             state["step"] += 1
         states = [self.state[p] for p in params]
         step = states[0]["step"]  # one group's tensors step together
@@ -173,7 +176,7 @@ class MuonAdamW(torch.optim.Optimizer):
         denom = torch._foreach_div(exp_avg_sq, 1 - beta2**step)
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, eps)
-        if on_device:  # addcdiv's value takes numbers only
+        if isinstance(step, torch.Tensor):  # addcdiv's value takes numbers only
             update = torch._foreach_div(exp_avg, denom)
             torch._foreach_mul_(update, -lr / (1 - beta1**step))
             torch._foreach_add_(params, update)
@@ -189,6 +192,7 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         value = lr * group.get("lr_scale", 1.0)
         if isinstance(group["lr"], torch.Tensor):
             group["lr"].fill_(value)
+            group["lr_number"] = value  # for checkpoints: no read from the device
         else:
             group["lr"] = value
 
@@ -197,7 +201,9 @@ def make_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> N
     """Keep `optimizer`'s learning rates and step counts on `device`, so that a
     step recorded in a CUDA graph reads each replay's values (train_graph.py)."""
     for group in optimizer.param_groups:
-        group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        number = group.get("lr_number", group["lr"])
+        group["lr_number"] = number = float(number)
+        group["lr"] = torch.tensor(number, device=device)
         if isinstance(optimizer, torch.optim.AdamW):  # the fused kernel's too
             group["capturable"] = True
         for p in group["params"]:
@@ -208,12 +214,13 @@ def make_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> N
 
 def portable_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """`optimizer.state_dict()` as a run without graphs loads it, on any device:
-    learning rates as numbers, AdamW's `capturable` off (make_capturable sets
-    them again when the loading run graphs its steps)."""
+    learning rates as numbers (the ones set_lr wrote, not read back from the
+    device), AdamW's `capturable` off (make_capturable sets them again when the
+    loading run graphs its steps)."""
     state = optimizer.state_dict()
     for group in state["param_groups"]:
         if isinstance(group["lr"], torch.Tensor):
-            group["lr"] = float(group["lr"])
+            group["lr"] = group.pop("lr_number")  # what set_lr wrote into it
         if group.get("capturable"):
             group["capturable"] = False
     return state
