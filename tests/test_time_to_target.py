@@ -38,7 +38,15 @@ def test_logs_from_two_calls_are_scored_together(tmp_path: Path) -> None:
     ):  # fmt: skip
         write_log(folder / f"fast-seed{seed}-cold.log",
                   [(seconds - 10, 500, 1.6), (seconds, 1000, val)])  # fmt: skip
+        # warm: 20-23 s, 0.24x (the warm goal, 0.25x, is met)
+        write_log(folder / f"fast-seed{seed}-warm.log",
+                  [(seconds - 30, 500, 1.6), (seconds - 20, 1000, val)])  # fmt: skip
+    # issue 58's goals by default: 0.33x cold (0.46x is not), 0.25x warm
     done = rescore(first, second)
+    assert done.returncode == 1
+    assert "0.46x nanoGPT's time to its best (goal 0.33x: NOT met)" in done.stdout
+    assert "0.24x nanoGPT's time to its best (goal 0.25x: met)" in done.stdout
+    done = rescore(first, second, "--goal", "0.5")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "target val loss 1.3400" in out
