@@ -204,12 +204,6 @@ def resolve_devices(config: pytest.Config) -> list[str]:
     return resolved
 
 
-def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pytest_mps import hookspecs
-
-    pluginmanager.add_hookspecs(hookspecs)
-
-
 MARKERS = (
     "mps: the test needs the MPS device; skipped unless the session runs "
     "with --mps on an Apple-silicon Mac.",
@@ -391,7 +385,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     )
 
 
-@pytest.hookimpl(tryfirst=True)
+# startup.py calls this first
 def pytest_runtest_setup(item: pytest.Item) -> None:
     error = item.stash.get(mark_error_key, None)
     if error is not None:

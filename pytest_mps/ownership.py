@@ -397,6 +397,6 @@ def check_ini_values(config: pytest.Config) -> None:
             ) from None
 
 
-@pytest.hookimpl(tryfirst=True)
+# startup.py calls this first
 def pytest_configure(config: pytest.Config) -> None:
     check_ini_values(config)

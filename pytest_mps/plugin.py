@@ -1,14 +1,14 @@
 """The pytest11 entry point: wires the concern modules together, holds no logic.
 
-Only light hook modules load at start-up; each family's front door registers
-its heavier parts when a run or a test asks for them (see docs/contributing.md,
-"How it is built").
+It registers one module, :mod:`.startup`, whose hooks call the families'
+front doors; each front door registers its heavier parts when a run or a test
+asks for them (see docs/contributing.md, "How it is built").
 
-The modules are registered here rather than listed in ``pytest_plugins``:
+The module is registered here rather than listed in ``pytest_plugins``:
 pytest resolves every ``pytest_plugins`` entry by scanning the entry points of
 every installed distribution first (``PytestPluginManager.import_plugin`` with
 ``consider_entry_points=True``), about 3 ms per entry in a venv of 60
-packages, which was most of what the plugin added to each pytest start.
+packages.
 
 While it loads them, and from ``pytest_configure`` to the session's end,
 :class:`FromFiles` finds the package's own modules from their files. pytest
@@ -16,10 +16,10 @@ rewrites the asserts of every module of a distribution that declares a
 ``pytest11`` entry point (``Config._mark_plugins_for_rewrite``), which for an
 installed (not editable) pytest-mps meant each module was looked up twice, its
 whole source read and hashed to validate the rewritten bytecode, and that
-bytecode loaded: half of all it added to a pytest start (96 million
-instructions against 44 without, ``benchmarks/startup.py --instructions`` on a
-regular install), and where bytecode cannot be cached, every module parsed and
-rewritten again at every run. Their asserts are internal checks no user reads;
+bytecode loaded: that was half of all it added to a pytest start, measured
+with ``benchmarks/startup.py --instructions`` on a regular install; and where
+bytecode cannot be cached, every module was parsed and rewritten again at
+every run. Their asserts are internal checks no user reads;
 the modules whose asserts users read are still rewritten.
 """
 
@@ -37,36 +37,24 @@ import pytest
 
 from pytest_mps import REWRITTEN
 
-MODULES = (
-    "pytest_mps.ownership",
-    "pytest_mps.devices",
-    "pytest_mps.environment",
-    "pytest_mps.seeding",
-    "pytest_mps.report",
-    "pytest_mps.machine.plugin",
-    "pytest_mps.benchmark.plugin",
-    "pytest_mps.watch.plugin",
-    "pytest_mps.audit.plugin",
-    "pytest_mps.emulate.plugin",
-    "pytest_mps.isolation.plugin",
-    "pytest_mps.known_failures.plugin",
-    "pytest_mps.parity.plugin",
-)
+#: The one module registered at start-up; it calls the families' front doors.
+STARTUP = "pytest_mps.startup"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # Called once, when pytest registers this module; registering a module
     # replays the historic hooks (pytest_addhooks, pytest_addoption, ...) for
-    # it, in this order, as pytest_plugins would. A module blocked with
-    # ``-p no:pytest_mps.<name>`` stays out, as it would there. Unlike there,
-    # pytest does not rewrite these modules' asserts: they hold none a user
-    # reads (the assertion helpers register for rewriting in __init__).
+    # it, as pytest_plugins would. Unlike there, pytest does not rewrite the
+    # asserts of what it imports: they hold none a user reads (the assertion
+    # helpers register for rewriting in __init__).
+    from pytest_mps import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+    if pluginmanager.is_blocked(STARTUP) or pluginmanager.get_plugin(STARTUP):
+        return
     remove = FromFiles.install()
     try:
-        for name in MODULES:
-            if pluginmanager.is_blocked(name) or pluginmanager.get_plugin(name):
-                continue
-            pluginmanager.register(own_surface(importlib.import_module(name)), name)
+        pluginmanager.register(own_surface(importlib.import_module(STARTUP)), STARTUP)
     finally:
         remove()
 
@@ -137,11 +125,14 @@ def own_surface(module: ModuleType) -> ModuleType:
     pytest start. A module-level ``__dir__`` (PEP 562) lists the ``pytest_``
     names and whatever the module defined itself (its fixtures, hooks and
     helpers), so both scans skip the imports; attribute access is unchanged.
+    The names in the module's ``FIXTURES`` stay too: fixtures it imports.
     """
+    fixtures = getattr(module, "FIXTURES", ())
     own = [
         name
         for name, value in vars(module).items()
         if name.startswith("pytest_")
+        or name in fixtures
         or (
             not isinstance(value, ModuleType)
             and not name.startswith("__")

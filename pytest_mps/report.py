@@ -113,7 +113,7 @@ def write_json_atomically(path: Path, data: Any) -> None:
         raise
 
 
-@pytest.hookimpl(trylast=True)
+# startup.py calls this last
 def pytest_unconfigure(config: pytest.Config) -> None:
     path = config.stash.get(_path_key, None)
     if path is None:

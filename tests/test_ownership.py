@@ -483,20 +483,21 @@ SURFACE_SEEN = """
 import pytest
 
 def pytest_sessionfinish(session):
-    names = dir(session.config.pluginmanager.get_plugin("pytest_mps.devices"))
-    print("surface:", "pytest" in names, "re" in names, "device" in names,
-          "pytest_configure" in names)
+    names = dir(session.config.pluginmanager.get_plugin("pytest_mps.startup"))
+    print("surface:", "pytest" in names, "devices" in names, "device" in names,
+          "pytest_configure" in names, "mps_memory" in names)
 """
 
 
 def test_pytest_scans_only_what_our_modules_define(pytester: pytest.Pytester) -> None:
-    """pluggy and pytest scan a registered module's own names, not its imports."""
+    """pluggy and pytest scan the start-up module's hooks and fixtures only."""
     pytester.makeconftest(SURFACE_SEEN)
     pytester.makepyfile("def test_uses(device):\n    assert device.type == 'cpu'\n")
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    # imports (pytest, re) are gone; the fixture and the hooks stay
-    result.stdout.fnmatch_lines(["*surface: False False True True"])
+    # imports (pytest, the devices module) are gone; the fixtures and the hooks
+    # stay, the fixtures imported from the families too
+    result.stdout.fnmatch_lines(["*surface: False False True True True"])
 
 
 LOADERS_SEEN = """

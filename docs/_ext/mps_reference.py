@@ -73,7 +73,7 @@ def fixtures() -> list[tuple[str, str, str]]:
     """(name, scope and what it gives, first docstring line) of each fixture."""
     from pytest_mps import plugin
 
-    modules = [*plugin.MODULES, "pytest_mps.benchmark.alias"]
+    modules = [plugin.STARTUP, "pytest_mps.benchmark.alias"]
     found = {}
     for module_name in modules:
         module = importlib.import_module(module_name)

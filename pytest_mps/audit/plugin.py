@@ -123,7 +123,7 @@ def _given_args(config: pytest.Config) -> list[tuple[list[str], str]]:
     return found
 
 
-@pytest.hookimpl(trylast=True)  # the hooks' configure runs after the watchers'
+# startup.py calls this last: the hooks' configure runs after the watchers'
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, IGNORE_MARKER)
     if read_settings(config).level != "off":

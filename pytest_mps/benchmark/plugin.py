@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-@pytest.hookimpl(trylast=True)  # the hooks' configure runs after devices.py's
+# startup.py calls this last: the hooks' configure runs after devices.py's
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, MARKER)
     # xdist's controller collects nothing but reads every worker's results
@@ -54,7 +54,7 @@ def _asks(item: pytest.Item) -> bool:
     )
 
 
-@pytest.hookimpl(tryfirst=True)
+# startup.py calls this first
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:

@@ -195,7 +195,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     _install(early_config)
 
 
-@pytest.hookimpl(tryfirst=True)
+# startup.py calls this first
 def pytest_configure(config: pytest.Config) -> None:
     _refuse_lone_options(config)
     # Before devices.py resolves the session's devices (plugin loaded late).

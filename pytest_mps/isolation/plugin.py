@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ownership.register_hooks(config, HOOKS)
 
 
-@pytest.hookimpl(trylast=True)
+# startup.py calls this last
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:

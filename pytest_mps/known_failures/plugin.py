@@ -96,7 +96,7 @@ def manifest_path(config: pytest.Config) -> tuple[str, str] | None:
     return str(config.invocation_params.dir / path), where
 
 
-@pytest.hookimpl(trylast=True)  # after devices.py has resolved the devices
+# startup.py calls this last: after devices.py has resolved the devices
 def pytest_configure(config: pytest.Config) -> None:
     found = manifest_path(config)
     writing = bool(config.getoption("mps_known_failures_write", None))

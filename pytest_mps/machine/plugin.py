@@ -42,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(name, text, default=None)
 
 
-@pytest.hookimpl(trylast=True)  # after devices.py has resolved the devices
+# startup.py calls this last: after devices.py has resolved the devices
 def pytest_configure(config: pytest.Config) -> None:
     # every value checked where it is read, whether or not MPS is in the run
     virtual.policy(config)

@@ -109,7 +109,7 @@ def _register(config: pytest.Config, *names: str) -> None:
         done.add(name)
 
 
-@pytest.hookimpl(tryfirst=True)
+# startup.py calls this first
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # The earliest hook that runs before conftest.py files (which often import
     # torch) are imported; torch reads the variable once, when it loads.
@@ -117,7 +117,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         _watcher("fallback").set_up(early_config, early=True)
 
 
-@pytest.hookimpl(trylast=True)  # after devices.py has resolved the devices
+# startup.py calls this last: after devices.py has resolved the devices
 def pytest_configure(config: pytest.Config) -> None:
     ownership.register_markers(config, *settings.MARKERS)
     # which files hold the tests' own checks (asserts): the ones pytest collects
@@ -156,7 +156,7 @@ def _wanted_by(item: pytest.Item) -> list[str]:
     return found
 
 
-@pytest.hookimpl(trylast=True)
+# startup.py calls this last
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
@@ -183,7 +183,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     settings.expected_syncs[0] = item.config.stash.get(settings.expected_syncs_key, ())
 
 
-@pytest.hookimpl(wrapper=True)
+# startup.py calls this as a wrapper
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
