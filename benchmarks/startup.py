@@ -39,9 +39,10 @@ rewrites, and parses and rewrites them again at every start.
 ``--instructions`` also counts the instructions each configuration's pytest
 process runs, under ``valgrind --tool=callgrind`` (Debian's valgrind): a count
 that does not move with the machine's load, for steering work whose effect is
-smaller than the noise. It counts with Python's garbage collector off: where a
-collection falls moves with every object allocated before it, by millions of
-instructions.
+smaller than the noise, and that count in ms at the rate pytest itself ran
+(pytest's instructions per ms of its CPU time). It counts with Python's
+garbage collector off: where a collection falls moves with every object
+allocated before it, by millions of instructions.
 
     python benchmarks/startup.py --pairs 31
     python benchmarks/startup.py --pairs 31 --instructions
@@ -256,6 +257,15 @@ def main() -> None:
         for name, count in counted.items():
             diff = "" if name == "plain" else f"{counted['plain'] - count:+,}"
             print(f"{name:<14} {count:>14,} {diff:>18}")
+        # The instructions in time: at the rate pytest without pytest-mps ran
+        # here (its instructions per ms of its median CPU time). A figure that
+        # moves only with the machine's speed, not with its load.
+        rate = counted["no mps"] / median_ms(cpus["no mps"])
+        added = (counted["plain"] - counted["no mps"]) / rate
+        print(
+            f"the instructions pytest-mps adds take about {added:.1f} ms at the"
+            f" rate pytest itself ran here ({rate / 1e6:.2f} million per CPU ms)"
+        )
     print(
         f"pytest-mps adds {paired_ms(times, 'no mps')} ms of wall time (paired"
         f" median; goal <= 15 ms) and {paired_ms(cpus, 'no mps')} ms of CPU time"
