@@ -47,14 +47,13 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # it, as pytest_plugins would. Unlike there, pytest does not rewrite the
     # asserts of what it imports: they hold none a user reads (the assertion
     # helpers register for rewriting in __init__).
-    from pytest_mps import hookspecs
-
-    pluginmanager.add_hookspecs(hookspecs)
-    if pluginmanager.is_blocked(STARTUP) or pluginmanager.get_plugin(STARTUP):
-        return
     remove = FromFiles.install()
     try:
-        pluginmanager.register(own_surface(importlib.import_module(STARTUP)), STARTUP)
+        pluginmanager.add_hookspecs(importlib.import_module("pytest_mps.hookspecs"))
+        if pluginmanager.is_blocked(STARTUP) or pluginmanager.get_plugin(STARTUP):
+            return
+        startup = own_surface(importlib.import_module(STARTUP))
+        pluginmanager.register(startup, STARTUP)
     finally:
         remove()
 
