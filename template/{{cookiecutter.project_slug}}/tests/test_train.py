@@ -362,6 +362,25 @@ def test_eval_chunk_evaluates_the_same_batches_in_fewer_passes(small_config):
         assert chunked[split] == pytest.approx(one_by_one[split], rel=1e-5)
 
 
+def test_eval_train_iters_draws_fewer_train_batches_and_the_same_val_ones(
+    small_config,
+):
+    # the train split's first 3 batches, then all 7 of val: val as before
+    cfg = replace(small_config, eval_iters=7, dropout=0.0)
+    t = setup(cfg, log=lambda _: None)
+    full = evaluate(t)
+    t.cfg = replace(cfg, eval_iters=3)
+    three = evaluate(t)
+    seen = []
+    t.cfg = replace(cfg, eval_train_iters=3)
+    fewer = evaluate(t, on_batch=lambda done: seen.append(done) or True)
+    assert seen == list(range(1, 11))
+    assert full is not None and three is not None and fewer is not None
+    assert fewer["train"] == pytest.approx(three["train"], rel=1e-5)
+    assert fewer["val"] == pytest.approx(full["val"], rel=1e-5)
+    assert fewer["train"] != pytest.approx(full["train"], rel=1e-5)
+
+
 def test_eval_graph_on_cuda_gives_the_plain_models_losses_and_is_refused_elsewhere(
     small_config, device
 ):

@@ -193,6 +193,11 @@ class Config:
     )
     eval_interval: int = _opt(250, "evaluate and checkpoint every this many steps")
     eval_iters: int = _opt(20, "batches per split for each evaluation")
+    eval_train_iters: int = _opt(
+        0,
+        "batches of the train split for each evaluation (its loss is only"
+        " printed; the val split's decides checkpoints and stops); 0: eval_iters",
+    )
     eval_chunk: int = _opt(
         1,
         "evaluation batches per forward pass: the same batches and mean in fewer,"
@@ -257,6 +262,12 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """Plain values, as stored in checkpoints."""
         return dataclasses.asdict(self)
+
+    def eval_batches(self, split: str) -> int:
+        """Batches of `split` ("train" or "val") in each evaluation."""
+        if split == "train" and self.eval_train_iters:
+            return self.eval_train_iters
+        return self.eval_iters
 
     @property
     def lr_decay_steps(self) -> int:
@@ -487,6 +498,7 @@ def validate(cfg: Config, origin: Mapping[str, str] | None = None) -> None:
         "max_new_tokens",
         "patience",
         "target_val_loss",
+        "eval_train_iters",
     ):
         if getattr(cfg, name) < 0:
             fail(name, "must not be negative")

@@ -90,7 +90,8 @@ def _no_op() -> contextlib.AbstractContextManager[object]:
 def evaluate(
     t: Trainer, on_batch: Callable[[int], bool] | None = None
 ) -> dict[str, float] | None:
-    """Mean loss over eval_iters batches per split, from a fixed random stream.
+    """Mean loss over each split's batches (eval_iters; eval_train_iters for the
+    train split where set), from a fixed random stream.
 
     Its own generators leave the training batches and dropout untouched, so
     evaluating never changes what training does next. It uses no collective
@@ -111,7 +112,7 @@ def evaluate(
                 name,
             )
             total = torch.zeros((), device=t.runtime.device)
-            left = t.cfg.eval_iters
+            count = left = t.cfg.eval_batches(name)
             while left:
                 # eval_chunk batches in one pass: the same batches, and (equal
                 # sizes) the same mean, in fewer and larger forward passes
@@ -131,7 +132,7 @@ def evaluate(
                     return None
             # One read-back per split and evaluation, by design: the mean is
             # printed and decides whether to checkpoint.
-            means[name] = total.item() / t.cfg.eval_iters
+            means[name] = total.item() / count
     finally:
         if t.graphed_loss is not None:
             t.graphed_loss.release()  # its memory is training's again

@@ -57,7 +57,7 @@ def evaluation_progress(
 ) -> Callable[[int], bool]:
     """evaluate's on_batch: a bar, a speed estimate from the first evaluation,
     and the answer to "go on?" (no, once Ctrl-C was pressed)."""
-    total = 2 * t.cfg.eval_iters
+    total = t.cfg.eval_batches("train") + t.cfg.eval_batches("val")
     task = Task(out, f"step {it}: evaluating", total, "batches")
     marks: dict[int, float] = {}
     # The batches after the first pass time a forward pass (the first may
@@ -105,7 +105,8 @@ def size_warning(t: Trainer, batch_seconds: float) -> str | None:
     # This evaluation, those at later multiples of eval_interval, and the last.
     evaluations = len(range(t.iter_num, cfg.max_iters + 1, cfg.eval_interval))
     evaluations += cfg.max_iters % cfg.eval_interval != 0 and iters_left > 0
-    total = iters_left * step + evaluations * 2 * cfg.eval_iters * batch_seconds
+    batches = cfg.eval_batches("train") + cfg.eval_batches("val")
+    total = iters_left * step + evaluations * batches * batch_seconds
     if step < SLOW_STEP_SECONDS or total < LONG_RUN_SECONDS:
         return None
     preset = PRESETS.get(cfg.preset, {})
@@ -126,7 +127,7 @@ def size_warning(t: Trainer, batch_seconds: float) -> str | None:
         f" {device_name(t.runtime.device)} ({t.runtime.device}): one evaluation"
         f" batch took {batch_seconds:.2f} s here, so a training step takes about"
         f" {duration(step)} and this run ({iters_left} iterations,"
-        f" {evaluations} evaluations of {2 * cfg.eval_iters} batches) about"
+        f" {evaluations} evaluations of {batches} batches) about"
         f" {duration(total)}; {change}, or fewer --max_iters (now"
         f" {cfg.max_iters}), or a GPU"
     )
