@@ -28,7 +28,9 @@ def test_shakespeare_char_preset_with_nanogpts_recipe_is_nanogpts():
 def test_the_fast_recipe_is_the_default_where_it_measured_faster():
     fast = parse_args(["--preset=shakespeare_char"])
     assert fast.recipe == "fast"
-    assert (fast.optimizer, fast.max_iters, fast.lr_decay_steps) == ("muon", 1500, 1500)
+    assert (fast.optimizer, fast.max_iters, fast.lr_decay_steps) == ("muon", 1250, 1250)
+    # the train split on 20 batches; the val split, which decides stops, on all
+    assert (fast.eval_batches("train"), fast.eval_batches("val")) == (20, 200)
     # uncompiled: on CUDA each step is replayed as a graph instead
     assert (fast.compile, fast.train_graph) == ("false", "auto")
     # the model and the rest of nanoGPT's settings stay the preset's
@@ -43,7 +45,7 @@ def test_the_fast_recipe_is_the_default_where_it_measured_faster():
         )
     # settings typed win over the recipe
     typed = parse_args(["--preset=shakespeare_char", "--optimizer=adamw"])
-    assert (typed.optimizer, typed.max_iters) == ("adamw", 1500)
+    assert (typed.optimizer, typed.max_iters) == ("adamw", 1250)
 
 
 def test_an_unknown_recipe_names_the_known_ones():
