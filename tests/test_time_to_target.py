@@ -7,9 +7,12 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "time_to_target.py"
 
 
-def write_log(path: Path, evals: list[tuple[float, int, float]]) -> None:
-    """A log as the script writes it: the command, then 'SECONDS  LINE'."""
-    lines = ["python train.py ..."]
+def write_log(
+    path: Path, evals: list[tuple[float, int, float]], first_step: float = 5.0
+) -> None:
+    """A log as the script writes it: the command, then 'SECONDS  LINE'; the
+    first training step is done `first_step` seconds after the start."""
+    lines = ["python train.py ...", f"{first_step:9.2f}  iter 0: loss 4.2, 1.2 s/iter"]
     for seconds, it, val in evals:
         lines.append(f"{seconds - 0.5:9.2f}  iter {it}: loss 2.0, 7.0 ms/iter")
         lines.append(f"{seconds:9.2f}  step {it}: train loss 1.9, val loss {val:.4f}")
@@ -57,11 +60,30 @@ def test_logs_from_two_calls_are_scored_together(tmp_path: Path) -> None:
         " from the process's start" in out
     )
     assert "0.46x nanoGPT's time to its best (goal 0.5x: met)" in out
+    # issue 58's cold start-up: each cold run's first step done within 15 s
+    assert "first training step done after 5.0 (5.0-5.0) s (goal 15 s: met)" in out
     assert "by the record rule (t = " in out and "): yes" in out
     # one call's 2 seeds are too few for the record rule: the verdict fails
     done = rescore(first)
     assert done.returncode == 1
     assert "needs > 31.821): NO" in done.stdout
+
+
+def test_a_cold_start_slower_than_the_start_up_goal_fails(tmp_path: Path) -> None:
+    write_log(tmp_path / "nanogpt-seed1.log", [(80, 2000, 1.35)])
+    write_log(tmp_path / "nanogpt-seed2.log", [(90, 2000, 1.33)])
+    # two cold runs reach the target at 20 s; one's first step took 16 s
+    for seed, first in ((1, 6.0), (2, 16.0)):
+        write_log(tmp_path / f"fast-seed{seed}-cold.log",
+                  [(20, 1000, 1.30 + seed / 1000)], first_step=first)  # fmt: skip
+    slow = rescore(tmp_path, "--goal", "0.5")
+    assert slow.returncode == 1, slow.stdout
+    assert "0.24x nanoGPT's time to its best (goal 0.5x: met)" in slow.stdout
+    expected = "first training step done after 11.0 (6.0-16.0) s (goal 15 s: NOT met)"
+    assert expected in slow.stdout
+    done = rescore(tmp_path, "--goal", "0.5", "--goal_startup", "16")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(6.0-16.0) s (goal 16 s: met)" in done.stdout
 
 
 def test_a_run_found_twice_or_no_logs_is_refused(tmp_path: Path) -> None:
@@ -105,6 +127,8 @@ def test_training_alone_is_steps_times_the_median_step(tmp_path: Path) -> None:
         " training alone 20.0 (20.0-20.0) s" in out
     )
     assert "training alone 2.0 (2.0-2.0) s (0.10x nanoGPT's)" in out
+    # the first step line's stamp, whatever its figure (nanoGPT's holds its compile)
+    assert "20.0 (20.0-20.0) s; first training step done after 1.0 (1.0-1.0) s" in out
 
 
 def test_cold_start_reads_first_line_first_step_and_target(tmp_path: Path) -> None:
