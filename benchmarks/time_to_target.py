@@ -417,6 +417,14 @@ def verdict(
     return met
 
 
+def verdict_of(
+    args: argparse.Namespace, runs: list[dict[str, Any]], target: float
+) -> bool:
+    """verdict() with the goals and nanoGPT's time as the command line gives them."""
+    return verdict(runs, target, args.goal, args.nanogpt_seconds, args.goal_warm,
+                   args.goal_startup)  # fmt: skip
+
+
 def _first_step(group: list[dict[str, Any]]) -> str:
     """The runs' first training step done, from the process's start."""
     firsts = [r["first_step_s"] for r in group if r.get("first_step_s") is not None]
@@ -491,18 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         runs, target = runs_from_logs(args.rescore, args.target)
         for r in runs:
             print(summary_line(r))
-        return (
-            0
-            if verdict(
-                runs,
-                target,
-                args.goal,
-                args.nanogpt_seconds,
-                args.goal_warm,
-                args.goal_startup,
-            )
-            else 1
-        )
+        return 0 if verdict_of(args, runs, target) else 1
     if args.nanogpt is None:
         parser.error("--nanogpt is required (except with --rescore)")
     args.seed_list = [int(s) for s in args.seeds.split(",")]
@@ -529,14 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.nanogpt_only:
             args.template_list = []
         runs = run_template(pkg, cfg, args, root / "runs", out, target, runs)
-        met = verdict(
-            runs,
-            target,
-            args.goal,
-            args.nanogpt_seconds,
-            args.goal_warm,
-            args.goal_startup,
-        )
+        met = verdict_of(args, runs, target)
         result = {"args": describe(args), "target": target, "runs": runs}
         write_json(out / "results.json", result)
         shutil.rmtree(root / "runs", ignore_errors=True)
