@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_mps import ownership
+from pytest_mps import flags, ownership
 from pytest_mps.options import closest
 
 if TYPE_CHECKING:
@@ -70,8 +70,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # No type= here: a project's own --device is read with ours in place once
     # (before its conftest.py adds it), and its values must not be refused by
     # our parser then. The values are checked in pytest_configure, naming the flag.
+    # On a pytest whose parser we do not know, the unprefixed flags are left
+    # out: a project's own --device could not be yielded to (flags.py).
+    short = flags.short_flags_allowed(parser)
     group.addoption(
-        "--device",
+        *(("--device",) if short else ()),
         "--mps-device",
         action="append",
         dest="mps_devices",
@@ -79,9 +82,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=DEVICE_HELP,
     )
-    group.addoption(
-        "--mps", action="store_true", dest="mps_only", default=False, help=MPS_HELP
-    )
+    if short:
+        group.addoption(
+            "--mps", action="store_true", dest="mps_only", default=False, help=MPS_HELP
+        )
     parser.addini("mps_devices", DEVICE_HELP, type="linelist", default=[])
 
 
@@ -104,7 +108,7 @@ def _requested(config: pytest.Config) -> tuple[list[str], str]:
     """The device ids asked for, and where they came from (for error messages)."""
     flag = "--device"
     given = [str(a) for a in config.invocation_params.args]
-    if ownership.flag_yielded(config, "--device") or any(
+    if flags.flag_yielded(config, "--device") or any(
         a == "--mps-device" or a.startswith("--mps-device=") for a in given
     ):
         flag = "--mps-device"
@@ -326,7 +330,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if chosen:
         try:
             metafunc.parametrize("device", chosen, ids=chosen, indirect=True)
-        except pytest.Collector.CollectError as exc:
+        except (pytest.Collector.CollectError, ValueError) as exc:
+            # pytest < 8.4 raises ValueError for it
             if "duplicate parametrization" not in str(exc):
                 raise
             # the project's own pytest_generate_tests parametrized 'device'

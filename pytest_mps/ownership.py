@@ -15,21 +15,20 @@ pytest loads an installed plugin into every suite of its environment. So:
 - **Opting in.** A run asks for pytest-mps with one of its options or ini
   settings (:func:`opted_in`), or per test with a fixture or marker of ours.
 
-The pytest internals this needs (the argparse actions behind the parser, a
-test's fixture definitions) are read in two functions below, each covered by a
-test in ``tests/test_ownership.py`` that fails loudly if pytest moves them.
+The pytest internals this needs (a test's fixture definitions here, the
+argparse actions behind the parser in :mod:`.flags`) are each covered by a test
+in ``tests/test_ownership.py`` that fails loudly if pytest moves them.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Generator
 from typing import Any
 
 import pytest
 
-#: Our flags that lack the ``--mps-`` prefix, with the spelling that stays ours.
-SHORT_FLAGS = {"--device": "--mps-device", "--mps": "--mps-device=mps"}
+from pytest_mps import flags
+from pytest_mps.flags import GROUP as GROUP
+from pytest_mps.flags import SHORT_FLAGS
 
 #: Every ini setting of ours; ``tests/test_ownership.py`` checks it is complete.
 INI_NAMES = (
@@ -83,7 +82,6 @@ INI_NAMES = (
     "mps_parity_fresh",
 )
 
-GROUP = "mps"
 #: The benchmark flags' own section of ``--help``: pytest checks each new
 #: option's names against every option of its group, and one group of all 56
 #: cost about 0.9 million more instructions at every start than two.
@@ -108,109 +106,6 @@ class Yielded:
 
 yielded_key: pytest.StashKey[Yielded] = pytest.StashKey()
 
-# The parser of each session, by plugin manager (pytester runs several sessions
-# in one process); filled in pytest_addoption.
-_parsers: weakref.WeakKeyDictionary[Any, pytest.Parser] = weakref.WeakKeyDictionary()
-_flags_yielded: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
-
-
-# -- flags ---------------------------------------------------------------------------
-
-
-def _detach_short_flags(parser: pytest.Parser) -> list[tuple[Any, Any, str]]:
-    """Take our short flags out of the argparse parser; return what to put back.
-
-    Private pytest API (pytest 9: ``Parser.optparser``, ``OptionGroup.options``
-    holding ``Argument._action``): pytest 9 builds argparse as options are added,
-    so a conftest adding ``--device`` after us would raise "conflicting option
-    string" at once. On pytest 8 (argparse built at parse time) nothing is
-    detached; :func:`_yield_pytest8` does the job after the conftests load.
-    """
-    optparser = getattr(parser, "optparser", None)
-    if optparser is None:
-        return []
-    taken_out = []
-    for argument in parser.getgroup(GROUP).options:
-        action: Any = argument._action
-        for flag in list(action.option_strings):
-            if flag in SHORT_FLAGS:
-                action.option_strings.remove(flag)
-                optparser._option_string_actions.pop(flag, None)
-                if not action.option_strings:
-                    action.container._remove_action(action)
-                taken_out.append((argument, action, flag))
-    return taken_out
-
-
-def _reattach_short_flags(
-    parser: pytest.Parser, taken_out: list[tuple[Any, Any, str]]
-) -> list[str]:
-    """Put back the flags nobody else defined meanwhile; return the ones yielded."""
-    optparser: Any = parser.optparser
-    yielded = []
-    for _argument, action, flag in taken_out:
-        if flag in optparser._option_string_actions:
-            yielded.append(flag)
-            continue
-        removed = not action.option_strings
-        action.option_strings.insert(0, flag)
-        if removed:
-            action.container._add_action(action)  # indexes its option strings
-        else:
-            optparser._option_string_actions[flag] = action
-    return yielded
-
-
-def _yield_pytest8(parser: pytest.Parser) -> list[str]:
-    """Pytest 8: drop our short flags that another option also names."""
-    groups: list[Any] = [parser._anonymous, *parser._groups]
-    ours = parser.getgroup(GROUP).options
-    taken = {
-        name
-        for group in groups
-        for argument in group.options
-        if argument not in ours
-        for name in argument.names()
-    }
-    yielded = []
-    for argument in ours:
-        for flag in SHORT_FLAGS:
-            long_opts: list[str] = argument._long_opts  # type: ignore[attr-defined]
-            if flag in taken and flag in long_opts:
-                long_opts.remove(flag)
-                yielded.append(flag)
-    return yielded
-
-
-def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
-    _parsers[pluginmanager] = parser
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_load_initial_conftests(
-    early_config: pytest.Config,
-) -> Generator[None, None, None]:
-    # The command line was read once already (known args, with our flags in
-    # place); conftest.py files now add their options, and theirs must win.
-    parser = _parsers.get(early_config.pluginmanager)
-    if parser is None:
-        return (yield)
-    taken_out = _detach_short_flags(parser)
-    try:
-        return (yield)
-    finally:
-        if taken_out:
-            yielded = _reattach_short_flags(parser, taken_out)
-        else:
-            yielded = _yield_pytest8(parser) if not hasattr(parser, "optparser") else []
-        _flags_yielded[early_config.pluginmanager] = yielded
-
-
-def flag_yielded(config: pytest.Config, flag: str) -> bool:
-    """True when the project's own option took ``flag`` (``--device``, ``--mps``)."""
-    return flag in _flags_yielded.get(config.pluginmanager, ())
-
-
 # -- markers -------------------------------------------------------------------------
 
 
@@ -221,9 +116,7 @@ def _marker_name(line: str) -> str:
 def _yielded(config: pytest.Config) -> Yielded:
     found = config.stash.get(yielded_key, None)
     if found is None:
-        found = config.stash[yielded_key] = Yielded(
-            flags=list(_flags_yielded.get(config.pluginmanager, ()))
-        )
+        found = config.stash[yielded_key] = Yielded(flags=list(flags.yielded(config)))
     return found
 
 
@@ -313,13 +206,14 @@ def opted_in(config: pytest.Config, prefix: str = "") -> bool:
 
     With ``prefix`` (``"mps_benchmark"``), only those whose name starts with it.
     """
-    parser = _parsers.get(config.pluginmanager)
+    parser = flags.parser_of(config)
     if parser is not None:
         for argument in _our_options(parser):
             if not argument.names() or not argument.dest.startswith(prefix):
                 continue  # yielded to the project, or another family's
             value = config.getoption(argument.dest, None)
-            if value not in (None, False, [], argument.default):
+            # pytest < 9.1 gives an Argument a default only where one was passed
+            if value not in (None, False, [], getattr(argument, "default", None)):
                 return True
     for name in INI_NAMES:
         if not name.startswith(prefix):

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from importlib.util import spec_from_file_location
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -49,11 +50,15 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # helpers register for rewriting in __init__).
     remove = FromFiles.install()
     try:
-        pluginmanager.add_hookspecs(importlib.import_module("pytest_mps.hookspecs"))
-        if pluginmanager.is_blocked(STARTUP) or pluginmanager.get_plugin(STARTUP):
-            return
-        startup = own_surface(importlib.import_module(STARTUP))
-        pluginmanager.register(startup, STARTUP)
+        # a fault of ours here leaves pytest-mps off for the session, or is one
+        # error line naming it (guard.py)
+        guard: Any = importlib.import_module("pytest_mps.guard")
+        with guard.Door(pluginmanager, "pytest_addhooks"):
+            pluginmanager.add_hookspecs(importlib.import_module("pytest_mps.hookspecs"))
+            if pluginmanager.is_blocked(STARTUP) or pluginmanager.get_plugin(STARTUP):
+                return
+            startup = own_surface(importlib.import_module(STARTUP))
+            pluginmanager.register(startup, STARTUP)
     finally:
         remove()
 

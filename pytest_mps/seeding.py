@@ -111,14 +111,11 @@ def seed(request: pytest.FixtureRequest) -> Generator[int]:
             np_random.set_state(np_state)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+# startup.py calls this from its pytest_runtest_makereport wrapper
+def note_report(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A failed test's report names its seed and how to rerun with it."""
     value = item.stash.get(seed_key, None)
     if value is not None and report.failed:
         report.sections.append(
             ("pytest-mps seed", f"seed {value}: rerun with --mps-seed={value}")
         )
-    return report

@@ -15,16 +15,22 @@ two, which took what pytest-mps added to a pytest start from 44.9 to 37.4
 million instructions (``benchmarks/startup.py --instructions``, wheel
 install). A family's heavier hooks are still registered only when a run or a
 test asks for them (``ownership.register_hooks``).
+
+Each hook here runs its families through a :class:`.guard.Door`: a fault of
+ours turns pytest-mps off for a run that did not ask for it (one line on
+stderr), or is one error line naming pytest-mps for a run that did; once off,
+every hook here does nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_mps import devices, environment, ownership, report, seeding
+from pytest_mps import devices, environment, flags, guard, ownership, report, seeding
 from pytest_mps.audit import plugin as audit
 from pytest_mps.benchmark import plugin as benchmark
 from pytest_mps.benchmark.plugin import mps_benchmark as mps_benchmark
@@ -55,87 +61,161 @@ FIXTURES = (
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
-    # in this order in --help
-    ownership.pytest_addoption(parser, pluginmanager)
-    devices.pytest_addoption(parser)
-    seeding.pytest_addoption(parser)
-    report.pytest_addoption(parser)
-    machine.pytest_addoption(parser)
-    benchmark.pytest_addoption(parser)
-    watch.pytest_addoption(parser)
-    audit.pytest_addoption(parser, pluginmanager)
-    emulate.pytest_addoption(parser)
-    isolation.pytest_addoption(parser)
-    known_failures.pytest_addoption(parser)
-    parity.pytest_addoption(parser)
+    if guard.is_off(pluginmanager):
+        return
+    with guard.Door(pluginmanager, "pytest_addoption"):
+        # in this order in --help
+        flags.pytest_addoption(parser, pluginmanager)
+        devices.pytest_addoption(parser)
+        seeding.pytest_addoption(parser)
+        report.pytest_addoption(parser)
+        machine.pytest_addoption(parser)
+        benchmark.pytest_addoption(parser)
+        watch.pytest_addoption(parser)
+        audit.pytest_addoption(parser, pluginmanager)
+        emulate.pytest_addoption(parser)
+        isolation.pytest_addoption(parser)
+        known_failures.pytest_addoption(parser)
+        parity.pytest_addoption(parser)
 
 
 # -- start and end ------------------------------------------------------------------
 
-# A wrapper round the conftest files' options; the watchers set the fallback
-# variable before any conftest imports torch, and the emulation installs after
-# that and before pytest's own implementation (trylast) imports the conftests.
-pytest_load_initial_conftests = ownership.pytest_load_initial_conftests
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config,
+) -> Generator[None, None, None]:
+    # A wrapper round the conftest files' options: a project's own --device
+    # added there wins over ours (ownership.py).
+    before = None
+    if not guard.is_off(early_config.pluginmanager):
+        with guard.door(early_config, "pytest_load_initial_conftests"):
+            before = flags.before_conftests(early_config)
+    try:
+        return (yield)
+    finally:
+        if before is not None and not guard.is_off(early_config.pluginmanager):
+            with guard.door(early_config, "pytest_load_initial_conftests"):
+                flags.after_conftests(early_config, before)
 
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_load_initial_conftests")
 def pytest_load_initial_conftests_watch(early_config: pytest.Config) -> None:
-    watch.pytest_load_initial_conftests(early_config)
+    # the watchers set the fallback variable before any conftest imports torch
+    if guard.is_off(early_config.pluginmanager):
+        return
+    with guard.door(early_config, "pytest_load_initial_conftests"):
+        watch.pytest_load_initial_conftests(early_config)
 
 
 @pytest.hookimpl(specname="pytest_load_initial_conftests")
 def pytest_load_initial_conftests_emulate(early_config: pytest.Config) -> None:
-    emulate.pytest_load_initial_conftests(early_config)
+    # the emulation installs after that and before pytest's own implementation
+    # (trylast) imports the conftests
+    if guard.is_off(early_config.pluginmanager):
+        return
+    with guard.door(early_config, "pytest_load_initial_conftests"):
+        emulate.pytest_load_initial_conftests(early_config)
 
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_configure")
 def pytest_configure_first(config: pytest.Config) -> None:
     # the emulated device before devices.py resolves the session's devices;
     # every bad boolean ini value of ours named before any family reads one
-    emulate.pytest_configure(config)
-    ownership.pytest_configure(config)
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_configure"):
+        emulate.pytest_configure(config)
+        ownership.pytest_configure(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    parity.pytest_configure(config)
-    isolation.pytest_configure(config)
-    report.pytest_configure(config)
-    seeding.pytest_configure(config)
-    devices.pytest_configure(config)
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_configure"):
+        parity.pytest_configure(config)
+        isolation.pytest_configure(config)
+        report.pytest_configure(config)
+        seeding.pytest_configure(config)
+        devices.pytest_configure(config)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_configure")
 def pytest_configure_last(config: pytest.Config) -> None:
     # after devices.py has resolved the devices (and after the watchers, the
     # audit, whose hooks read theirs)
-    known_failures.pytest_configure(config)
-    audit.pytest_configure(config)
-    watch.pytest_configure(config)
-    benchmark.pytest_configure(config)
-    machine.pytest_configure(config)
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_configure"):
+        known_failures.pytest_configure(config)
+        audit.pytest_configure(config)
+        watch.pytest_configure(config)
+        benchmark.pytest_configure(config)
+        machine.pytest_configure(config)
+
+
+def _undo(config: pytest.Config, *undo: Any) -> None:
+    """Run each family's ``pytest_unconfigure``, even once pytest-mps is off.
+
+    What a family changed before a fault turned pytest-mps off is put back;
+    a second fault is not reported again (:func:`.guard.fault`).
+    """
+    for family in undo:
+        with guard.door(config, "pytest_unconfigure"):
+            family.pytest_unconfigure(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    parity.pytest_unconfigure(config)
-    known_failures.pytest_unconfigure(config)
-    emulate.pytest_unconfigure(config)
-    watch.pytest_unconfigure(config)
+    _undo(config, parity, known_failures, emulate, watch)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_unconfigure")
 def pytest_unconfigure_last(config: pytest.Config) -> None:
-    report.pytest_unconfigure(config)
+    _undo(config, report)
+    guard.say_pending(config.pluginmanager)  # no terminal summary came
 
 
-pytest_report_header = environment.pytest_report_header
-pytest_terminal_summary = report.pytest_terminal_summary
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if guard.is_off(config.pluginmanager):
+        return None
+    with guard.door(config, "pytest_report_header"):
+        return environment.pytest_report_header(config)
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    guard.say_pending(config.pluginmanager, terminalreporter)
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_terminal_summary"):
+        report.pytest_terminal_summary(terminalreporter, config)
+
+
 pytest_mps_auto_device = devices.pytest_mps_auto_device
 
 
 # -- collection ----------------------------------------------------------------------
 
-pytest_collect_file = parity.pytest_collect_file
-pytest_generate_tests = devices.pytest_generate_tests
+
+def pytest_collect_file(
+    file_path: Path, parent: pytest.Collector
+) -> pytest.Collector | None:
+    config = parent.config
+    if guard.is_off(config.pluginmanager):
+        return None
+    with guard.door(config, "pytest_collect_file"):
+        return parity.pytest_collect_file(file_path, parent)
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # trylast: the project's own parametrization of 'device' comes first
+    if guard.is_off(metafunc.config.pluginmanager):
+        return
+    with guard.door(metafunc.config, "pytest_generate_tests"):
+        devices.pytest_generate_tests(metafunc)
 
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
@@ -143,11 +223,19 @@ def pytest_collection_modifyitems_first(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     # the benchmark hooks, registered here, then sort the items
-    benchmark.pytest_collection_modifyitems(config, items)
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_collection_modifyitems"):
+        benchmark.pytest_collection_modifyitems(config, items)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    devices.pytest_collection_modifyitems(items)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_collection_modifyitems"):
+        devices.pytest_collection_modifyitems(items)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
@@ -155,8 +243,11 @@ def pytest_collection_modifyitems_last(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     # after every skip and xfail mark is on the items
-    isolation.pytest_collection_modifyitems(config, items)
-    watch.pytest_collection_modifyitems(config, items)
+    if guard.is_off(config.pluginmanager):
+        return
+    with guard.door(config, "pytest_collection_modifyitems"):
+        isolation.pytest_collection_modifyitems(config, items)
+        watch.pytest_collection_modifyitems(config, items)
 
 
 # -- running -------------------------------------------------------------------------
@@ -164,21 +255,35 @@ def pytest_collection_modifyitems_last(
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_setup")
 def pytest_runtest_setup_first(item: pytest.Item) -> None:
-    devices.pytest_runtest_setup(item)
+    if guard.is_off(item.config.pluginmanager):
+        return
+    with guard.door(item.config, "pytest_runtest_setup", in_test=True):
+        devices.pytest_runtest_setup(item)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    audit.pytest_runtest_setup(item)
-    watch.pytest_runtest_setup(item)
+    if guard.is_off(item.config.pluginmanager):
+        return
+    with guard.door(item.config, "pytest_runtest_setup", in_test=True):
+        audit.pytest_runtest_setup(item)
+        watch.pytest_runtest_setup(item)
 
 
-pytest_runtest_call = parity.pytest_runtest_call
-pytest_runtest_makereport = seeding.pytest_runtest_makereport
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    if guard.is_off(item.config.pluginmanager):
+        return (yield)
+    return (yield from parity.pytest_runtest_call(item))
 
 
-@pytest.hookimpl(wrapper=True, specname="pytest_runtest_makereport")
-def pytest_runtest_makereport_watch(
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    # registered after seeding's (names sort so): it wraps seeding's, as before
-    return (yield from watch.pytest_runtest_makereport(item, call))
+    report: pytest.TestReport = yield
+    if guard.is_off(item.config.pluginmanager):
+        return report
+    with guard.door(item.config, "pytest_runtest_makereport"):
+        seeding.note_report(item, report)
+        watch.note_report(call, report)
+    return report

@@ -413,23 +413,52 @@ def test_our_own_device_fixture_still_runs_once_per_device(
     result.stdout.fnmatch_lines(["*test_model[[]cpu[]] PASSED*"])
 
 
+def _expected_parser_kind() -> str:
+    major, minor = (int(part) for part in pytest.__version__.split(".")[:2])
+    if major < 9:
+        return "built-at-parse"
+    return "argparse-early" if (major, minor) == (9, 0) else "argparse-actions"
+
+
 def test_the_private_pytest_parser_api_we_read_is_still_there(
     pytester: pytest.Pytester,
 ) -> None:
     """Fails loudly when pytest moves what the flag yielding reads."""
-    from pytest_mps import ownership
+    from pytest_mps import flags
 
     config = pytester.parseconfig()
     parser = config._parser
-    taken_out = ownership._detach_short_flags(parser)
-    if not hasattr(parser, "optparser"):
-        pytest.skip("pytest 8 builds argparse at parse time: nothing to detach")
+    assert flags.parser_kind(parser) == _expected_parser_kind(), pytest.__version__
+    taken_out = flags._detach_short_flags(parser)
+    if flags.parser_kind(parser) == "built-at-parse":
+        # pytest 8 builds argparse at each parse: a flag another option names
+        # is dropped from ours instead, and an option left with no name goes
+        assert taken_out == []
+        parser.addoption("--mps", action="store_true", help="the project's own")
+        assert flags._yield_pytest8(parser) == ["--mps"]
+        ours = parser.getgroup(flags.GROUP).options
+        assert [a.dest for a in ours if "--mps" in a.names()] == []
+        assert "mps_only" not in [a.dest for a in ours]
+        return
     assert sorted(flag for _, _, flag in taken_out) == ["--device", "--mps"]
     assert "--device" not in parser.optparser._option_string_actions
-    assert ownership._reattach_short_flags(parser, taken_out) == []
+    assert flags._reattach_short_flags(parser, taken_out) == []
     actions = parser.optparser._option_string_actions
     assert actions["--device"] is actions["--mps-device"]
     assert "--mps" in actions
+
+
+def test_a_parser_layout_we_do_not_know_keeps_only_the_prefixed_flags(
+    pytester: pytest.Pytester,
+) -> None:
+    """The public fallback: an unknown parser gets --mps-device, never --device."""
+    from pytest_mps import flags
+
+    class Stranger:  # a parser with none of the private parts we read
+        pass
+
+    assert flags.parser_kind(Stranger()) is None  # type: ignore[arg-type]
+    assert not flags.short_flags_allowed(Stranger())  # type: ignore[arg-type]
 
 
 def test_the_ini_names_list_is_complete(pytester: pytest.Pytester) -> None:

@@ -14,7 +14,6 @@ pytest-xdist's controller (the rows workers send).
 from __future__ import annotations
 
 import sys
-from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -183,15 +182,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     settings.expected_syncs[0] = item.config.stash.get(settings.expected_syncs_key, ())
 
 
-# startup.py calls this as a wrapper
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+# startup.py calls this from its pytest_runtest_makereport wrapper
+def note_report(call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """A missing MPS kernel's failure gets one line naming the ways out."""
     if call.when != "call" or call.excinfo is None:
-        return report
+        return
     if not call.excinfo.errisinstance(NotImplementedError):
-        return report
+        return
     text = str(call.excinfo.value)
     if "is not currently implemented for the MPS device" in text:
         from pytest_mps.watch.fallback import not_implemented_note
@@ -199,7 +196,6 @@ def pytest_runtest_makereport(
         note = not_implemented_note(text)
         if note is not None:
             report.sections.append(("pytest-mps fallback", note))
-    return report
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
