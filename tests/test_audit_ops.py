@@ -325,7 +325,28 @@ def test_complex128_and_float8_get_the_message_of_get_mps_data_type() -> None:
         "Trying to convert ComplexDouble to the MPS backend but it does not have "
         "support for that dtype."
     )
-    assert "float8_e4m3fn" in (mps_ops.dtype_problem(torch.float8_e4m3fn) or "")
+    # c10's name, as ScalarType's operator<< prints it in the message
+    assert mps_ops.dtype_problem(torch.float8_e5m2) == (
+        "Trying to convert Float8_e5m2 to the MPS backend but it does not have "
+        "support for that dtype."
+    )
+    assert mps_ops.dtype_problem(torch.qint8) == (
+        "Trying to convert QInt8 to the MPS backend but it does not have "
+        "support for that dtype."
+    )
+
+
+def test_float8_e4m3fn_is_held_from_torch_2_15() -> None:
+    problem = mps_ops.dtype_problem(torch.float8_e4m3fn)
+    if mps_ops.torch_version() >= (2, 15):
+        assert problem is None
+    else:
+        assert problem == (
+            "Trying to convert Float8_e4m3fn to the MPS backend but it does not "
+            "have support for that dtype."
+        )
+    assert "torch.float8_e4m3fn" in mps_ops.mps_dtypes((2, 15))
+    assert "torch.float8_e4m3fn" not in mps_ops.mps_dtypes((2, 14))
 
 
 def test_dtypes_mps_holds_have_no_problem() -> None:

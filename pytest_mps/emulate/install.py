@@ -275,9 +275,13 @@ class Emulation:
         for name, function in runtime.accelerator_functions().items():
             if hasattr(torch.accelerator, name):
                 self._set(torch.accelerator, name, function)
-        for name, function in runtime.mps_stream_functions().items():
-            if hasattr(torch.mps, name):
-                self._set(torch.mps, name, function)
+        stream_base = runtime.dummy_stream_base()
+        if stream_base is not None:  # torch 2.15+: torch.mps.Stream
+            streams = runtime.Streams()
+            for name, value in streams.base_methods().items():
+                self._set(stream_base, name, value)
+            for name, function in streams.functions().items():
+                self._set(torch._C, name, function)
         _clear_caches(torch.backends.mps)
         self.serialization = serialization.Patches(_tag_loaded)
         self.autocast = AutocastPatch()

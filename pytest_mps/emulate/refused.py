@@ -113,7 +113,7 @@ def after_error(
     an op with no CPU kernel is named not emulated.
     """
     __tracebackhide__ = True
-    dtype = widen.narrow_dtype(error)
+    dtype = widen.narrow_dtype(error, func)
     if dtype is not None and not widen.fails_on_mps(func, dtype, rules.macos):
         return widen.computed_wider(func, args, kwargs, dtype)
     if not isinstance(error, NotImplementedError):

@@ -3,8 +3,9 @@
 :class:`Runtime` holds the emulated ``torch._C._mps_*`` functions behind
 ``torch.mps`` and ``torch.backends.mps`` (availability, the macOS check,
 memory, events); ``accelerator_functions`` answers ``torch.accelerator`` with
-mps; ``mps_stream_functions`` and :class:`EmulatedStream` give the device's one
-stream. :mod:`.install` puts them into torch.
+mps, whose :class:`EmulatedStream` is the device's one stream;
+:class:`Streams` gives torch 2.15's ``torch.mps`` streams. :mod:`.install`
+puts them into torch.
 """
 
 from __future__ import annotations
@@ -284,6 +285,101 @@ def accelerator_functions() -> dict[str, Callable[..., Any]]:
     }
 
 
-def mps_stream_functions() -> dict[str, Callable[..., Any]]:
-    """``torch.mps``'s stream functions (torch 2.15 has them), one stream."""
-    return {"current_stream": lambda: STREAM, "default_stream": lambda: STREAM}
+class Streams:
+    """torch 2.15's MPS streams, below ``torch.mps.Stream`` as a Mac's ``torch._C``.
+
+    torch 2.15 defines ``torch.mps.Stream`` over ``torch._C._MPSStreamBase``,
+    which a Linux build lacks (``torch/mps/streams.py`` puts a dummy base there
+    that refuses to be made), and reads and sets the current stream through
+    ``torch._C._mps_getCurrentStream`` / ``_mps_setStream`` (pytorch#190375,
+    #191415). The emulation gives the dummy base a stream's methods and answers
+    those two, so torch's own Python runs unchanged: ``torch.mps.stream(s)``,
+    ``current_stream()``, ``default_stream()`` (``stream_id=0``) and
+    ``torch.mps.Event``'s refusal of a non-default stream, with 2.15's own text.
+    ``Stream()`` makes a new stream (ids 1, 2, ...); as on the emulated device
+    every op runs when it is called, no stream ever has work in flight.
+    """
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.next = 1
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """``torch._C`` attribute name -> its emulation."""
+        return {
+            "_mps_getCurrentStream": self.get_current,
+            "_mps_setStream": self.set_current,
+        }
+
+    def get_current(self) -> Any:
+        """The current stream, as ``torch._C._mps_getCurrentStream()``."""
+        return torch._C._MPSStreamBase(stream_id=self.current)  # type: ignore[attr-defined]
+
+    def set_current(self, stream: Any) -> None:
+        """Make ``stream`` current, as ``torch._C._mps_setStream(stream)``."""
+        if not isinstance(stream, torch._C._MPSStreamBase):  # type: ignore[attr-defined]
+            raise TypeError(
+                "_mps_setStream(): argument 'stream' must be torch._C._MPSStreamBase, "
+                f"not {type(stream).__name__}"
+            )
+        self.current = stream.stream_id
+
+    def base_methods(self) -> dict[str, Any]:
+        """What the dummy ``_MPSStreamBase`` gets: a constructor, a stream's methods."""
+        streams = self
+
+        def new(cls: type, *, stream_id: int | None = None) -> Any:
+            stream: Any = object.__new__(cls)
+            if stream_id is None:
+                stream_id = streams.next
+                streams.next += 1
+            stream.__dict__[_STREAM_ID] = int(stream_id)
+            return stream
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def eq(self: Any, other: object) -> bool:
+            if not isinstance(other, torch._C._MPSStreamBase):  # type: ignore[attr-defined]
+                return NotImplemented  # type: ignore[no-any-return]
+            return bool(self.stream_id == other.stream_id)
+
+        def record_event(self: Any, event: Any = None) -> Any:
+            if event is None:
+                event = torch.Event(torch.device("mps", 0))
+            event.record(self)
+            return event
+
+        return {
+            "__new__": staticmethod(new),
+            "__init__": init,
+            "stream_id": property(lambda self: self.__dict__[_STREAM_ID]),
+            "device": property(lambda self: torch.device("mps", 0)),
+            "device_type": "mps",
+            "device_index": 0,
+            "synchronize": lambda self: None,
+            "query": lambda self: True,
+            "wait_stream": lambda self, stream: None,
+            "wait_event": lambda self, event: None,
+            "record_event": record_event,
+            "__eq__": eq,
+            "__hash__": lambda self: hash(("mps", 0, self.stream_id)),
+        }
+
+
+_STREAM_ID = "_pytest_mps_stream_id"
+
+
+def dummy_stream_base() -> Any:
+    """Torch 2.15+'s ``torch._C._MPSStreamBase`` where it is a dummy, else None.
+
+    On torch before 2.15 there is none: nothing of the stream API appears.
+    """
+    import torch.mps
+
+    if not hasattr(torch.mps, "Stream"):
+        return None
+    base = getattr(torch._C, "_MPSStreamBase", None)
+    if base is None or base.__module__ != "torch._utils":  # _dummy_type's
+        return None
+    return base

@@ -24,17 +24,28 @@ from typing import Any
 import torch
 
 #: The CPU's dispatch error for a dtype its kernel lacks (AT_DISPATCH).
-NOT_IMPLEMENTED = re.compile(r"not implemented for '(Half|BFloat16|ComplexHalf)'")
+NOT_IMPLEMENTED = re.compile(
+    r"not implemented for '(Half|BFloat16|ComplexHalf|Float8_e4m3fn)'"
+)
 _NAMED = {
     "Half": torch.float16,
     "BFloat16": torch.bfloat16,
     "ComplexHalf": torch.complex32,
+    "Float8_e4m3fn": torch.float8_e4m3fn,
 }
 WIDER = {
     torch.float16: torch.float32,
     torch.bfloat16: torch.float32,
     torch.complex32: torch.complex64,
+    torch.float8_e4m3fn: torch.float32,
 }
+#: The ops whose MPS kernels take float8_e4m3fn where the CPU's do not: torch
+#: 2.15's OpInfo ``dtypesIfMPS`` list it for them (pytorch#194074), and the
+#: CPU's ``scatter_gather_tensor_cpu`` lacks it. Any other op keeps the CPU's
+#: error for float8, as most MPS kernels refuse it too (``add``). Before 2.15
+#: no float8 tensor reaches the device (ops.mps_dtypes).
+#: ``benchmarks/torch_facts.py`` checks each against the installed wheel.
+FLOAT8_MPS_OPS = frozenset({"gather", "scatter"})
 #: ``torch.special.bessel_j0`` is ``special_bessel_j0`` in C++: the OpInfo's name.
 _MODULES = (
     ("torch.special", "special."),
@@ -78,10 +89,18 @@ def fails_on_mps(func: Any, dtype: torch.dtype, macos: tuple[int, int]) -> bool:
     return found is not None and found[0]
 
 
-def narrow_dtype(error: BaseException) -> torch.dtype | None:
-    """The dtype a CPU kernel said it lacks, or None for another error."""
+def narrow_dtype(error: BaseException, func: Any = None) -> torch.dtype | None:
+    """The dtype a CPU kernel said it lacks, or None for another error.
+
+    float8_e4m3fn only for ``func`` in :data:`FLOAT8_MPS_OPS`.
+    """
     found = NOT_IMPLEMENTED.search(str(error))
-    return None if found is None else _NAMED[found.group(1)]
+    if found is None:
+        return None
+    dtype = _NAMED[found.group(1)]
+    if dtype == torch.float8_e4m3fn and opinfo_key(func) not in FLOAT8_MPS_OPS:
+        return None
+    return dtype
 
 
 def _widen(value: Any, dtype: torch.dtype) -> Any:
@@ -95,6 +114,7 @@ def _widen(value: Any, dtype: torch.dtype) -> Any:
 #: What an output of the wider dtype was on the Mac, per narrow input dtype
 #: (``polar`` of float16 gives complex32).
 _NARROWED = {
+    torch.float8_e4m3fn: {torch.float32: torch.float8_e4m3fn},
     torch.float16: {torch.float32: torch.float16, torch.complex64: torch.complex32},
     torch.bfloat16: {torch.float32: torch.bfloat16},
     torch.complex32: {torch.complex64: torch.complex32, torch.float32: torch.float16},

@@ -216,7 +216,38 @@ FLOAT64_MESSAGE = (
     "support float64. Please use float32 instead."
 )
 
+#: Dtypes MPS holds from a torch release on: dtype -> (major, minor). torch
+#: 2.15 lists float8_e4m3fn in the ``dtypesIfMPS`` of gather, scatter, cat,
+#: constant_pad_nd and _scaled_mm_v2 (pytorch#194074), read from its wheel's
+#: common_methods_invocations.py; 2.14.1's lists none.
+MPS_DTYPES_SINCE = {"torch.float8_e4m3fn": (2, 15)}
+
+#: c10's names for the dtypes whose ``str`` does not give it by capitalising
+#: (ScalarType.h): the names PyTorch's messages print.
 _SCALAR_TYPE_NAMES = {"torch.complex128": "ComplexDouble"}
+
+
+def mps_dtypes(version: tuple[int, int] | None = None) -> frozenset[str]:
+    """The dtypes MPS tensors hold on torch ``version`` (default: the installed)."""
+    version = torch_version() if version is None else version
+    added = {name for name, since in MPS_DTYPES_SINCE.items() if version >= since}
+    return MPS_DTYPES | added
+
+
+def _scalar_type_name(name: str) -> str:
+    """``torch.float8_e4m3fn`` -> ``Float8_e4m3fn``, ``torch.qint8`` -> ``QInt8``."""
+    if name in _SCALAR_TYPE_NAMES:
+        return _SCALAR_TYPE_NAMES[name]
+    bare = name.removeprefix("torch.")
+    quantized = bare.startswith("q")
+    bare = bare.removeprefix("q")
+    for lower, upper in (("uint", "UInt"), ("int", "Int")):
+        if bare.startswith(lower):
+            bare = upper + bare[len(lower) :]
+            break
+    else:
+        bare = bare[:1].upper() + bare[1:]
+    return ("Q" if quantized else "") + bare
 
 
 def dtype_problem(dtype: object) -> str | None:
@@ -224,13 +255,14 @@ def dtype_problem(dtype: object) -> str | None:
     name = str(dtype)
     if name in MPS_DTYPES:
         return None
+    if name in MPS_DTYPES_SINCE and name in mps_dtypes():
+        return None
     if name == "torch.float64":
         return FLOAT64_MESSAGE
     # OperationUtils.mm getMPSDataType, default case (TORCH_CHECK_TYPE).
-    scalar = _SCALAR_TYPE_NAMES.get(name, name.removeprefix("torch."))
     return (
-        f"Trying to convert {scalar} to the MPS backend but it does not have "
-        "support for that dtype."
+        f"Trying to convert {_scalar_type_name(name)} to the MPS backend but it "
+        "does not have support for that dtype."
     )
 
 
