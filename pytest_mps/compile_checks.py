@@ -50,7 +50,7 @@ def _outside_pytest_mps() -> Iterator[None]:
     import torch
     from torch.utils import _python_dispatch
 
-    from pytest_mps.emulate.explain import outside
+    from pytest_mps.emulate.explain import accelerator_of_the_build, outside
 
     functions = torch.overrides._get_current_function_mode_stack()  # type: ignore[no-untyped-call]
     dispatch = _python_dispatch._get_current_dispatch_mode_stack()
@@ -59,6 +59,8 @@ def _outside_pytest_mps() -> Iterator[None]:
             stack.enter_context(outside(mode))
         if any(_ours(m) for m in dispatch):
             stack.enter_context(_python_dispatch._disable_current_modes())
+        # torch 2.15's Dynamo asks C++ for the accelerator's current stream
+        stack.enter_context(accelerator_of_the_build())
         yield
 
 

@@ -55,19 +55,55 @@ def outside(mode: Any) -> Iterator[None]:
             torch._C._push_on_torch_function_stack(other)
 
 
+@contextlib.contextmanager
+def as_built(owner: Any, originals: dict[str, Any]) -> Iterator[None]:
+    """Run the block with ``owner``'s attributes ``originals`` put back.
+
+    torch 2.15's Dynamo asks ``torch.accelerator.current_accelerator()`` and
+    then C++ for that device's current stream, which refuses the emulated mps
+    (``mps doesn't match the current accelerator cuda``); outside the mode
+    Dynamo traces CPU tensors, so it gets the build's own answers too.
+    """
+    patched = {name: owner.__dict__[name] for name in originals}
+    for name, value in originals.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in patched.items():
+            setattr(owner, name, value)
+
+
+#: ``torch.accelerator``'s own functions while the emulation answers in their
+#: place (set by :mod:`.install`, emptied at its undo).
+accelerator_as_built: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def accelerator_of_the_build() -> Iterator[None]:
+    """``torch.accelerator`` as the build answers, while Dynamo traces CPU tensors."""
+    with as_built(torch.accelerator, dict(accelerator_as_built)):
+        yield
+
+
 def explaining(explain: Callable[..., Any], mode: Any) -> Callable[..., Any]:
     """``torch._dynamo.explain`` that traces outside ``mode``."""
+
+    @contextlib.contextmanager
+    def traced_as_the_cpu() -> Iterator[None]:
+        with outside(mode), accelerator_of_the_build():
+            yield
 
     @functools.wraps(explain)
     def wrapper(f: Any, *extra_args: Any, **extra_kwargs: Any) -> Any:
         if extra_args or extra_kwargs:  # the deprecated explain(f, *args)
-            with outside(mode):
+            with traced_as_the_cpu():
                 return explain(f, *extra_args, **extra_kwargs)
         inner = explain(f)
 
         @functools.wraps(inner)
         def run(*args: Any, **kwargs: Any) -> Any:
-            with outside(mode):
+            with traced_as_the_cpu():
                 return inner(*args, **kwargs)
 
         return run

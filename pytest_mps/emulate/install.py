@@ -272,8 +272,11 @@ class Emulation:
             "_accelerator_getDefaultGenerator",
             lambda index=0: generator.default_generator,
         )
+        explain.accelerator_as_built.clear()
         for name, function in runtime.accelerator_functions().items():
             if hasattr(torch.accelerator, name):
+                if name in vars(torch.accelerator):
+                    explain.accelerator_as_built[name] = vars(torch.accelerator)[name]
                 self._set(torch.accelerator, name, function)
         stream_base = runtime.dummy_stream_base()
         if stream_base is not None:  # torch 2.15+: torch.mps.Stream
@@ -333,6 +336,7 @@ class Emulation:
         if self.explain is not None:
             self.explain.undo()
             self.explain = None
+        explain.accelerator_as_built.clear()
         if self.extensions is not None:
             self.extensions.undo()
             self.extensions = None

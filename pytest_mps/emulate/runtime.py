@@ -305,10 +305,13 @@ class Streams:
         self.next = 1
 
     def functions(self) -> dict[str, Callable[..., Any]]:
-        """``torch._C`` attribute name -> its emulation."""
+        """``torch._C`` attribute name -> its emulation (torch 2.15's additions)."""
         return {
             "_mps_getCurrentStream": self.get_current,
             "_mps_setStream": self.set_current,
+            # MPSAllocator's wait for the events on these buffers: nothing is
+            # ever in flight, so nothing is waited for
+            "_mps_allocator_waitForEvents": lambda ptrs: False,
         }
 
     def get_current(self) -> Any:
@@ -383,3 +386,44 @@ def dummy_stream_base() -> Any:
     if base is None or base.__module__ != "torch._utils":  # _dummy_type's
         return None
     return base
+
+
+#: The ``torch.mps`` names the emulation was written against (torch 2.6-2.15):
+#: ``benchmarks/torch_facts.py`` names any other a new torch adds.
+KNOWN_MPS_API = frozenset(
+    {
+        "Event",
+        "Stream",
+        "compile_shader",
+        "current_allocated_memory",
+        "current_stream",
+        "default_stream",
+        "device_count",
+        "driver_allocated_memory",
+        "empty_cache",
+        "get_rng_state",
+        "is_available",
+        "load_metallib",
+        "manual_seed",
+        "profiler",
+        "recommended_max_memory",
+        "seed",
+        "set_per_process_memory_fraction",
+        "set_rng_state",
+        "set_stream",
+        "stream",
+        "synchronize",
+    }
+)
+
+#: Likewise for ``torch.backends.mps``.
+KNOWN_BACKENDS_MPS_API = frozenset(
+    {
+        "get_core_count",
+        "get_name",
+        "is_available",
+        "is_built",
+        "is_macos13_or_newer",
+        "is_macos_or_newer",
+    }
+)
