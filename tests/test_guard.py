@@ -53,6 +53,26 @@ def _inject(pytester: pytest.Pytester, hook: str) -> None:
     pytester.makepyfile(inject=INJECT.format(module=module, function=function))
 
 
+def test_without_a_fault_both_suites_pass_and_nothing_is_off(
+    pytester: pytest.Pytester,
+) -> None:
+    """The control for the faults below, on each pytest CI installs."""
+    pytester.makepyfile(test_plain="def test_plain():\n    assert 1 + 1 == 2\n")
+    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_plain.py")
+    plain.assert_outcomes(passed=1)
+    pytester.makepyfile(
+        test_device="def test_device(device):\n    assert device.type == 'mps'\n"
+    )
+    emulated = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--mps-emulate", "test_device.py"
+    )
+    emulated.assert_outcomes(passed=1)
+    for result in (plain, emulated):
+        output = result.stdout.str() + result.stderr.str()
+        assert "INTERNALERROR" not in output
+        assert "pytest-mps is off" not in output
+
+
 @pytest.mark.parametrize("hook", sorted(FAULTS))
 def test_a_fault_in_a_hook_of_ours_leaves_a_plain_suite_green(
     pytester: pytest.Pytester, hook: str
