@@ -173,9 +173,14 @@ def fixture_is_ours(metafunc: pytest.Metafunc, name: str, function: Any) -> bool
     """True when ``name`` resolves, for this test, to our fixture ``function``.
 
     Private pytest API (``Metafunc._arg2fixturedefs``, pytest 8 and 9): the
-    closest definition, the last in the list, is the one the test gets.
+    closest definition, the last in the list, is the one the test gets. On a
+    pytest without it, False: we parametrize nothing, and our fixture gives the
+    session's first device.
     """
-    return _resolves_to(metafunc._arg2fixturedefs.get(name), function)
+    definitions = getattr(metafunc, "_arg2fixturedefs", None)
+    if not isinstance(definitions, dict):
+        return False
+    return _resolves_to(definitions.get(name), function)
 
 
 def _resolves_to(definitions: Any, function: Any) -> bool:
@@ -270,7 +275,10 @@ def uses_fixture(item: pytest.Item, name: str, function: Any) -> bool:
     if name not in getattr(item, "fixturenames", ()):
         return False
     info = getattr(item, "_fixtureinfo", None)
-    return info is not None and _resolves_to(info.name2fixturedefs.get(name), function)
+    definitions = getattr(info, "name2fixturedefs", None)
+    if not isinstance(definitions, dict):
+        return False  # a pytest that moved it: as if the test did not ask
+    return _resolves_to(definitions.get(name), function)
 
 
 def check_ini_values(config: pytest.Config) -> None:
