@@ -123,36 +123,49 @@ def pytest_load_initial_conftests_emulate(early_config: pytest.Config) -> None:
 def pytest_configure_first(config: pytest.Config) -> None:
     # the emulated device before devices.py resolves the session's devices;
     # every bad boolean ini value of ours named before any family reads one
-    if guard.is_off(config.pluginmanager):
-        return
-    with guard.door(config, "pytest_configure"):
-        emulate.pytest_configure(config)
-        ownership.pytest_configure(config)
+    _each(
+        config, "pytest_configure", emulate.pytest_configure, ownership.pytest_configure
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if guard.is_off(config.pluginmanager):
-        return
-    with guard.door(config, "pytest_configure"):
-        parity.pytest_configure(config)
-        isolation.pytest_configure(config)
-        report.pytest_configure(config)
-        seeding.pytest_configure(config)
-        devices.pytest_configure(config)
+    _each(
+        config,
+        "pytest_configure",
+        parity.pytest_configure,
+        isolation.pytest_configure,
+        report.pytest_configure,
+        seeding.pytest_configure,
+        devices.pytest_configure,
+    )
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_configure")
 def pytest_configure_last(config: pytest.Config) -> None:
     # after devices.py has resolved the devices (and after the watchers, the
     # audit, whose hooks read theirs)
+    _each(
+        config,
+        "pytest_configure",
+        known_failures.pytest_configure,
+        audit.pytest_configure,
+        watch.pytest_configure,
+        benchmark.pytest_configure,
+        machine.pytest_configure,
+    )
+
+
+def _each(config: pytest.Config, hook: str, *functions: Any) -> None:
+    """Call each family's ``function(config)`` through the guard's door.
+
+    The functions are looked up at each hook call (``devices.pytest_configure``
+    is read then), so what a family holds under the name is what runs.
+    """
     if guard.is_off(config.pluginmanager):
         return
-    with guard.door(config, "pytest_configure"):
-        known_failures.pytest_configure(config)
-        audit.pytest_configure(config)
-        watch.pytest_configure(config)
-        benchmark.pytest_configure(config)
-        machine.pytest_configure(config)
+    with guard.door(config, hook):
+        for function in functions:
+            function(config)
 
 
 def _undo(config: pytest.Config, *undo: Any) -> None:

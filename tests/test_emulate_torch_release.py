@@ -46,22 +46,6 @@ def test_float8_ops_a_mac_refuses_stay_refused():
 """
 
 
-def test_float8_follows_the_installed_torch(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(FLOAT8)
-    result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
-    if ON_215:
-        result.assert_outcomes(passed=2)
-    else:
-        # a Mac before 2.15: getMPSDataType has no case for it
-        result.assert_outcomes(failed=2)
-        result.stdout.fnmatch_lines(
-            [
-                "*TypeError: Trying to convert Float8_e4m3fn to the MPS backend but "
-                "it does not have support for that dtype.*"
-            ]
-        )
-
-
 STREAMS = """
 import pytest
 import torch
@@ -98,16 +82,33 @@ def test_an_event_on_a_non_default_stream_is_refused():
 """
 
 
-def test_streams_follow_the_installed_torch(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(STREAMS)
+@pytest.mark.parametrize(
+    "source, before_215",
+    [
+        # a Mac before 2.15: getMPSDataType has no case for float8
+        pytest.param(
+            FLOAT8,
+            "*TypeError: Trying to convert Float8_e4m3fn to the MPS backend but "
+            "it does not have support for that dtype.*",
+            id="float8",
+        ),
+        pytest.param(
+            STREAMS,
+            "*AttributeError: module 'torch.mps' has no attribute 'Stream'*",
+            id="streams",
+        ),
+    ],
+)
+def test_the_device_follows_the_installed_torch(
+    pytester: pytest.Pytester, source: str, before_215: str
+) -> None:
+    pytester.makepyfile(source)
     result = pytester.runpytest_subprocess("--mps-emulate", "-p", "no:cacheprovider")
     if ON_215:
         result.assert_outcomes(passed=2)
     else:
         result.assert_outcomes(failed=2)
-        result.stdout.fnmatch_lines(
-            ["*AttributeError: module 'torch.mps' has no attribute 'Stream'*"]
-        )
+        result.stdout.fnmatch_lines([before_215])
 
 
 def test_the_stream_emulation_is_undone_after_the_session(
