@@ -285,6 +285,12 @@ class Emulation:
                 self._set(stream_base, name, value)
             for name, function in streams.functions().items():
                 self._set(torch._C, name, function)
+            # on a Mac, the accelerator's current stream is torch.mps's
+            self._set(
+                torch.accelerator,
+                "current_stream",
+                lambda device=None: torch.mps.current_stream(),  # type: ignore[attr-defined]
+            )
         _clear_caches(torch.backends.mps)
         self.serialization = serialization.Patches(_tag_loaded)
         self.autocast = AutocastPatch()

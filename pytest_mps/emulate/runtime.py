@@ -362,6 +362,8 @@ class Streams:
             "device_index": 0,
             "synchronize": lambda self: None,
             "query": lambda self: True,
+            # MPS has no graph capture (2.15's optimizers ask before a step)
+            "is_capturing": lambda self: False,
             "wait_stream": lambda self, stream: None,
             "wait_event": lambda self, event: None,
             "record_event": record_event,
