@@ -196,6 +196,20 @@ class TensorAnswers:
             raise TypeError(messages.TO_NUMPY)
         return func(*args, **kwargs)
 
+    def _type_as(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """``t.type_as(other)``: ``t.type(other.type())``, which names the device."""
+        __tracebackhide__ = True
+        other = args[1] if len(args) > 1 else kwargs["other"]
+        return self._to(Tensor.to, (args[0], other), {})
+
+    def _format(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """``f"{t}"`` prints as ``repr``, for a tensor of more than 0 dims."""
+        if tags.tagged(args[0]) and args[0].dim() != 0:
+            return self._repr(Tensor.__repr__, args[:1], {})
+        return func(*args, **kwargs)
+
     def _repr(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """Printed as PyTorch prints an MPS tensor (``device='mps:0'``)."""
         if tags.tagged(args[0]):

@@ -203,6 +203,8 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             Tensor.numpy: self._numpy,
             Tensor.__array__: self._array,
             Tensor.__repr__: self._repr,
+            Tensor.__format__: self._format,
+            Tensor.type_as: self._type_as,
             _property(Tensor, "grad").__get__: self._grad_get,
             _property(Tensor, "grad").__set__: self._grad_set,
             Tensor.backward: self._backward,
@@ -265,15 +267,21 @@ class TagMode(TensorAnswers, TorchFunctionMode):
                             hosts.append(item)
         generator = kwargs.get("generator")
         if not on_device:
+            if types and not all(issubclass(kind, Tensor) for kind in types):
+                return self._tensor_like(func, types, args, kwargs)
             if type(generator) is EmulatedGenerator:
                 self.rules.check_generator(generator, CPU)
             return func(*args, **kwargs)
         if device is not None:
-            # zeros_like(t, device="cpu"): made on the host, as asked
-            return func(*args, **kwargs)
+            # zeros_like(t, device="cpu"), as_tensor(t, device="cpu"): made on
+            # the host, as asked; PyTorch copies what would alias the device
+            return _untagged(func(*args, **kwargs))
         name = self.names.get(func)
         if name is None:
             name = self.names[func] = _op_name(func)
+        if name in _FROM_SELF and args and not tags.tagged(args[0]):
+            # host.new_tensor(device_data): new_* take the device of self
+            return _untagged(func(*args, **kwargs))
         if name in unreproduced.NOTED:
             unreproduced.note(name, args, kwargs)
         found = self.call_rules.get(func)
@@ -397,6 +405,31 @@ class TagMode(TensorAnswers, TorchFunctionMode):
 
     # -- calls taken over -----------------------------------------------------------
 
+    def _tensor_like(
+        self,
+        func: Any,
+        types: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """A call on a ``__torch_function__`` class that is not a tensor.
+
+        Torch calls the mode first; run as torch would next, the class's own
+        ``__torch_function__``, with the mode pushed again, so that what it
+        computes on the tensors it holds (kornia's ``TensorWrapper``) meets
+        the mode: their results are on the device of those tensors.
+        """
+        __tracebackhide__ = True
+        for kind in types:
+            if not issubclass(kind, Tensor):
+                handler = kind.__torch_function__
+                mode: Any = self
+                with mode:
+                    result = handler(func, types, args, kwargs)
+                if result is not NotImplemented:
+                    return result
+        return func(*args, **kwargs)
+
     def _factory(
         self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
@@ -427,6 +460,27 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
+
+
+#: Calls whose output takes the device of ``self`` (the first argument),
+#: whatever the device of their data (``new_tensor``'s, TensorFactories.cpp).
+_FROM_SELF = frozenset(
+    {
+        "new_tensor",
+        "new_zeros",
+        "new_ones",
+        "new_empty",
+        "new_full",
+        "new_empty_strided",
+    }
+)
+
+
+def _untagged(out: Any) -> Any:
+    """``out``, copied off the device where it is a device tensor."""
+    if type(out) is Tensor and tags.tagged(out):
+        return Tensor.clone(out)
+    return out
 
 
 def _property(owner: type, name: str) -> Any:
