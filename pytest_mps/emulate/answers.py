@@ -38,6 +38,39 @@ def accelerator_index(
     return args, kwargs
 
 
+#: Calls whose output takes the device of ``self`` (the first argument),
+#: whatever the device of their data (``new_tensor``'s, TensorFactories.cpp).
+FROM_SELF = frozenset(
+    {
+        "new_tensor",
+        "new_zeros",
+        "new_ones",
+        "new_empty",
+        "new_full",
+        "new_empty_strided",
+    }
+)
+
+
+def untagged(out: Any) -> Any:
+    """``out``, copied off the device where it is a device tensor."""
+    if type(out) is Tensor and tags.tagged(out):
+        return Tensor.clone(out)
+    return out
+
+
+def shares_host_storage(out: Tensor, args: Sequence[Any]) -> bool:
+    """True when ``out`` aliases a host tensor among ``args`` (``as_tensor(t)``)."""
+    if out.layout != torch.strided:
+        return False
+    key = out.untyped_storage()._cdata
+    for value in args:
+        if isinstance(value, Tensor) and value.layout == torch.strided:
+            if value.untyped_storage()._cdata == key:
+                return True
+    return False
+
+
 class TensorAnswers:
     """The answers of :class:`~.tagged.TagMode` for tagged tensors (a base class)."""
 
@@ -194,6 +227,31 @@ class TensorAnswers:
         __tracebackhide__ = True
         if tags.tagged(args[0]):
             raise TypeError(messages.TO_NUMPY)
+        return func(*args, **kwargs)
+
+    def _tensor_like(
+        self,
+        func: Any,
+        types: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """A call on a ``__torch_function__`` class that is not a tensor.
+
+        Torch calls the mode first; run as torch would next, the class's own
+        ``__torch_function__``, with the mode pushed again, so that what it
+        computes on the tensors it holds (kornia's ``TensorWrapper``) meets
+        the mode: their results are on the device of those tensors.
+        """
+        __tracebackhide__ = True
+        for kind in types:
+            if not issubclass(kind, Tensor):
+                handler = kind.__torch_function__
+                mode: Any = self
+                with mode:
+                    result = handler(func, types, args, kwargs)
+                if result is not NotImplemented:
+                    return result
         return func(*args, **kwargs)
 
     def _type_as(

@@ -47,7 +47,12 @@ from pytest_mps.emulate import (
     tags,
     unreproduced,
 )
-from pytest_mps.emulate.answers import TensorAnswers
+from pytest_mps.emulate.answers import (
+    FROM_SELF,
+    TensorAnswers,
+    shares_host_storage,
+    untagged,
+)
 from pytest_mps.emulate.generator import EmulatedGenerator, default_generator
 from pytest_mps.emulate.policy import CPU, MPS
 from pytest_mps.watch import device_mix
@@ -275,13 +280,13 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         if device is not None:
             # zeros_like(t, device="cpu"), as_tensor(t, device="cpu"): made on
             # the host, as asked; PyTorch copies what would alias the device
-            return _untagged(func(*args, **kwargs))
+            return untagged(func(*args, **kwargs))
         name = self.names.get(func)
         if name is None:
             name = self.names[func] = _op_name(func)
-        if name in _FROM_SELF and args and not tags.tagged(args[0]):
+        if name in FROM_SELF and args and not tags.tagged(args[0]):
             # host.new_tensor(device_data): new_* take the device of self
-            return _untagged(func(*args, **kwargs))
+            return untagged(func(*args, **kwargs))
         if name in unreproduced.NOTED:
             unreproduced.note(name, args, kwargs)
         found = self.call_rules.get(func)
@@ -405,31 +410,6 @@ class TagMode(TensorAnswers, TorchFunctionMode):
 
     # -- calls taken over -----------------------------------------------------------
 
-    def _tensor_like(
-        self,
-        func: Any,
-        types: Any,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-    ) -> Any:
-        """A call on a ``__torch_function__`` class that is not a tensor.
-
-        Torch calls the mode first; run as torch would next, the class's own
-        ``__torch_function__``, with the mode pushed again, so that what it
-        computes on the tensors it holds (kornia's ``TensorWrapper``) meets
-        the mode: their results are on the device of those tensors.
-        """
-        __tracebackhide__ = True
-        for kind in types:
-            if not issubclass(kind, Tensor):
-                handler = kind.__torch_function__
-                mode: Any = self
-                with mode:
-                    result = handler(func, types, args, kwargs)
-                if result is not NotImplemented:
-                    return result
-        return func(*args, **kwargs)
-
     def _factory(
         self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
@@ -452,7 +432,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         if not isinstance(out, Tensor):
             return out
         if not tags.tagged(out) and (
-            func in _ALIASING_FACTORIES or _shares_host_storage(out, args)
+            func in _ALIASING_FACTORIES or shares_host_storage(out, args)
         ):
             out = out.clone()
         self._check_dtype(out)
@@ -462,42 +442,9 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         return out
 
 
-#: Calls whose output takes the device of ``self`` (the first argument),
-#: whatever the device of their data (``new_tensor``'s, TensorFactories.cpp).
-_FROM_SELF = frozenset(
-    {
-        "new_tensor",
-        "new_zeros",
-        "new_ones",
-        "new_empty",
-        "new_full",
-        "new_empty_strided",
-    }
-)
-
-
-def _untagged(out: Any) -> Any:
-    """``out``, copied off the device where it is a device tensor."""
-    if type(out) is Tensor and tags.tagged(out):
-        return Tensor.clone(out)
-    return out
-
-
 def _property(owner: type, name: str) -> Any:
     """The descriptor ``owner.name`` (its getter and setter reach the mode)."""
     for klass in owner.__mro__:
         if name in vars(klass):
             return vars(klass)[name]
     raise AttributeError(name)
-
-
-def _shares_host_storage(out: Tensor, args: Sequence[Any]) -> bool:
-    """True when ``out`` aliases a host tensor among ``args`` (``as_tensor(t)``)."""
-    if out.layout != torch.strided:
-        return False
-    key = out.untyped_storage()._cdata
-    for value in args:
-        if isinstance(value, Tensor) and value.layout == torch.strided:
-            if value.untyped_storage()._cdata == key:
-                return True
-    return False
