@@ -65,6 +65,9 @@ def _expect(op: str) -> str:
         ("torch.linalg.inv_ex(well_posed())", "linalg_inv_ex"),
         ("torch.inverse(well_posed())", "linalg_inv_ex"),
         ("well_posed().inverse()", "linalg_inv_ex"),
+        # a functional op: its autograd kernel skips ADInplaceOrView, so
+        # only a mark at the autograd key tells that it came from the top
+        ("torch.linalg.eigvals(well_posed())", "_linalg_eigvals"),
     ],
 )
 def test_an_op_is_judged_by_its_own_kernel_not_by_what_the_cpu_kernel_calls(
@@ -121,8 +124,8 @@ def test_backward():
 def test_an_out_argument_keeps_its_version_counter_once_the_rules_are_registered(
     pytester: pytest.Pytester,
 ) -> None:
-    """The rules' marker replaces PyTorch's ADInplaceOrView kernel of an out=
-    overload for the whole process: it must bump the version as that did, or
+    """The rules' marker takes the place of PyTorch's autograd kernel for the
+    CPU for the whole process: an out= call must still bump the version, or
     autograd would miss an in-place change to a saved tensor."""
     pytester.makepyfile(
         HEADER

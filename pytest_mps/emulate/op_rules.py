@@ -14,16 +14,16 @@ A rule judges an op only where a Mac dispatches it, never inside another op's
 CPU kernel: ``torch.linalg.solve`` reaches ``_linalg_solve_ex``, whose CPU
 kernel calls ``linalg_lu_solve``; a Mac runs ``_linalg_solve_ex``'s own MPS
 kernel and never meets ``linalg_lu_solve``. An op is dispatched "from the top"
-when it passes its autograd kernel and then the ``ADInplaceOrView`` key; a call
-made inside another op's kernel skips both (that kernel runs under
-``AutoDispatchBelowADInplaceOrView``). So each judged op also gets a marker at
-``ADInplaceOrView`` (:func:`_marker`) that does what PyTorch's kernel there
-does (bump the version of an out= or in-place argument) and tells the
-BackendSelect kernel the call came from the top. Backward formulas call ops
-from the top too (``linalg_solve``'s backward calls ``linalg_lu_solve``, on a
-Mac as here). Inference mode runs ``ADInplaceOrView`` inside kernels as well,
-and inference tensors skip it: there every call is judged, as the Mac's
-outermost one would be and nested ones may be.
+when it passes its autograd kernel; a call made inside another op's kernel
+skips it (the outer op's autograd kernel excludes the autograd keys while it
+runs, ``AutoDispatchBelowADInplaceOrView``). So each judged op also gets a
+marker at ``AutogradCPU`` (:func:`_marker`) that tells the BackendSelect kernel
+the call came from the top, then hands it to PyTorch's own autograd kernel.
+(``ADInplaceOrView`` cannot mark: a functional op's autograd kernel skips it
+too.) Backward formulas call ops from the top (``linalg_solve``'s backward
+calls ``linalg_lu_solve``, on a Mac as here). Inference mode skips the
+autograd keys everywhere: there every call is judged, as the Mac's outermost
+one would be and nested ones may be.
 
 A rule acts only inside a call on the emulated device: the function mode
 (:mod:`.tagged`) raises a thread-local depth while it runs a call with a
@@ -35,7 +35,6 @@ only while an emulation is installed (:func:`activate`).
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +53,7 @@ class _Depth(threading.local):
     #: (``_linalg_svd`` through ``torch.linalg.svd`` runs on a Mac, through
     #: ``svdvals`` it raises).
     call: tuple[Any, Any, Any] | None = None
-    #: The op whose ADInplaceOrView marker runs now: the call reached it from
+    #: The op whose autograd marker runs now: the call reached it from
     #: the top, as a Mac dispatches it (None: inside another op's kernel).
     top: str | None = None
 
@@ -65,8 +64,8 @@ _current: list[policy.Policy | None] = [None]
 _library: list[Any] = []
 _registered: set[str] = set()
 #: Ops judged only where the marker says they were dispatched from the top;
-#: the rest (a view op's ADInplaceOrView kernel cannot be redone in Python)
-#: are judged wherever they run.
+#: the rest (an op with an autograd kernel of its own) are judged wherever
+#: they run.
 _marked: set[str] = set()
 
 
@@ -115,68 +114,52 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
     return kernel
 
 
-def _marker(op: Any, rewrites: bool) -> Callable[..., Any]:
-    """The ADInplaceOrView kernel of a judged op: it marks a call from the top.
+def _marker(op: Any) -> Callable[..., Any]:
+    """The ``AutogradCPU`` kernel of a judged op: it marks a call from the top.
 
-    It does what PyTorch's kernel at that key does, marks or not: for an
-    out= or in-place overload (``rewrites``) the generated kernel
-    (``ADInplaceOrViewType``) redispatches below itself under
-    ``AutoDispatchBelowADInplaceOrView``, then bumps the version of each
-    argument it wrote; a functional op has a fallthrough there.
+    It sets the mark, then runs PyTorch's own autograd kernel for the op (the
+    one the ``Autograd`` alias registered, which ``AutogradOther`` holds too):
+    the call goes on exactly as it would have, grad_fn, version counters and
+    views included.
     """
     full = op.name()
-    key = torch._C.DispatchKey.ADInplaceOrView
-    written = [
-        (index, argument.name)
-        for index, argument in enumerate(op._schema.arguments)
-        if argument.alias_info is not None and argument.alias_info.is_write
-    ]
+    cpu = torch._C.DispatchKey.AutogradCPU
+    other = torch._C.DispatchKey.AutogradOther
 
     def marker(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         before = _depth.top
         _depth.top = full if _depth.value > 0 else None
         try:
-            if not rewrites:
-                return op.redispatch(keyset.remove(key), *args, **kwargs)
-            with torch._C._AutoDispatchBelowADInplaceOrView():
-                result = op.redispatch(keyset.remove(key), *args, **kwargs)
+            return op.redispatch(keyset.remove(cpu).add(other), *args, **kwargs)
         finally:
             _depth.top = before
-        for index, name in written:
-            tensor = args[index] if index < len(args) else kwargs.get(name)
-            if isinstance(tensor, torch.Tensor):
-                torch.autograd.graph.increment_version(tensor)
-        return result
 
     return marker
 
 
-def _markable(op: Any) -> bool | None:
-    """Whether ``op`` can get a marker, and of which kind.
+def _markable(op: Any) -> bool:
+    """Whether ``op``'s autograd kernel for the CPU is PyTorch's generated one.
 
-    True for one whose ADInplaceOrView kernel rewrites arguments (redone by
-    :func:`_marker`), False for a fallthrough there, None for a view op (its
-    kernel records the view, which Python cannot redo).
+    Then ``AutogradOther`` holds the same kernel, and :func:`_marker` can take
+    the CPU's place and hand the call on to it. An op with a kernel of its own
+    at ``AutogradCPU``, or a composite one, keeps what it has (and is judged
+    wherever it runs).
     """
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "ADInplaceOrView"):
+    full = op.name()
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if not has(full, "Autograd") or has(full, "CompositeImplicitAutograd"):
         return False
-    for argument in op._schema.arguments:
-        if argument.alias_info is not None and not argument.alias_info.is_write:
-            return None
-    if not any(
-        argument.alias_info is not None and argument.alias_info.is_write
-        for argument in op._schema.arguments
-    ):
-        return None
+    if has(full, "AutogradCPU") or has(full, "AutogradOther"):
+        return False
     return True
 
 
 def _unmarkable(args: tuple[Any, ...]) -> bool:
     """True where the marker cannot tell a nested call from a top one.
 
-    Inference mode keeps ``ADInplaceOrView`` inside kernels, and an inference
-    tensor has no such key at all (c10/core/InferenceMode.h).
+    Inference mode excludes the autograd keys, and an inference tensor has
+    none (c10/core/InferenceMode.h): no call passes the marker.
     """
     if torch.is_inference_mode_enabled():
         return True
@@ -236,15 +219,8 @@ def register(rules: policy.Policy) -> int:
             with_keyset=True,
         )
         _registered.add(full)
-        rewrites = _markable(op)
-        if rewrites is not None:
-            with warnings.catch_warnings():
-                # "Overriding a previously registered kernel": the marker
-                # redoes what the generated kernel did
-                warnings.simplefilter("ignore", UserWarning)
-                library.impl(
-                    op, _marker(op, rewrites), "ADInplaceOrView", with_keyset=True
-                )
+        if _markable(op):
+            library.impl(op, _marker(op), "AutogradCPU", with_keyset=True)
             _marked.add(full)
     return len(_registered)
 
