@@ -64,7 +64,10 @@ def test_a_written_manifest_makes_the_next_run_green_and_each_change_fails_it(
     green = pytester.runpytest_subprocess(*args)
     green.assert_outcomes(xfailed=5, passed=1)
     green.stdout.fnmatch_lines(
-        ["pytest-mps known failures: 5 listed in known/mps-macosnewest.txt"]
+        [
+            "pytest-mps known failures: 5 listed in known/mps-macosnewest.txt"
+            " (format: node id | exception type | device)"
+        ]
     )
     assert green.ret == 0
 
@@ -231,3 +234,113 @@ def test_pytest_fail_is_pinned_as_failed(pytester: pytest.Pytester) -> None:
     listed = (pytester.path / "known.txt").read_text().splitlines()
     assert "test_fail.py::test_it | Failed | cpu" in listed
     pytester.runpytest(*args).assert_outcomes(xfailed=1)
+
+
+# kornia's testing/known_failure_xfails/mps_float32.txt, in miniature: the
+# same four tests listed right, one listed with the wrong type, one missing.
+KORNIA_STYLE = (
+    "# Exact failure baseline from a hosted macOS runner\n"
+    "# Format: <exact exception type>\\t<pytest node ID>\n"
+    "TypeError\ttest_five.py::test_float64[mps]\n"
+    "KeyError\ttest_five.py::test_lookup[mps]\n"
+    "RuntimeError\ttest_five.py::test_mixed[mps]\n"
+    "TypeError\ttest_five.py::test_numpy[mps]\n"
+    "RuntimeError\ttest_five.py::test_sum[mps]\n"
+    "KeyError\ttest_five.py::test_fine[mps]\n"
+)
+
+
+def _verdicts(result: pytest.RunResult) -> dict[str, str]:
+    verdicts = {}
+    for line in result.outlines:
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "XFAIL", "SKIPPED") and "::" in rest:
+            verdicts[rest.split(" ")[0]] = word
+    return verdicts
+
+
+def test_kornias_format_is_read_as_it_is_and_judges_as_its_converted_form(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_five=FIVE_FAILING)
+    (pytester.path / "mps_float32.txt").write_text(KORNIA_STYLE)
+    converted = [
+        f"{nodeid} | {kind} | mps"
+        for kind, nodeid in (
+            line.split("\t")
+            for line in KORNIA_STYLE.splitlines()
+            if not line.startswith("#")
+        )
+    ]
+    (pytester.path / "ours.txt").write_text("\n".join(converted) + "\n")
+    args = ["--mps-emulate", "-p", "no:cacheprovider", "-rA"]
+    tabs = pytester.runpytest_subprocess(*args, "--mps-known-failures=mps_float32.txt")
+    tabs.stdout.fnmatch_lines(
+        [
+            "pytest-mps known failures: 6 listed in mps_float32.txt (format: "
+            "kornia's <exception type><TAB><node id>, device mps from the file's "
+            "name (mps_float32.txt))"
+        ]
+    )
+    pipes = pytester.runpytest_subprocess(*args, "--mps-known-failures=ours.txt")
+    assert _verdicts(tabs) == _verdicts(pipes)
+    assert _verdicts(tabs) == {
+        "test_five.py::test_float64[mps]": "XFAIL",
+        "test_five.py::test_lookup[mps]": "XFAIL",
+        "test_five.py::test_mixed[mps]": "XFAIL",
+        "test_five.py::test_numpy[mps]": "XFAIL",
+        "test_five.py::test_sum[mps]": "FAILED",  # an AssertionError, not listed so
+        "test_five.py::test_fine[mps]": "FAILED",  # listed, but passed
+    }
+    tabs.stdout.fnmatch_lines(
+        [
+            "*test_sum[[]mps[]] is listed (mps_float32.txt:7) as failing with "
+            "RuntimeError but failed with AssertionError*"
+        ]
+    )
+
+
+def test_a_refreshed_kornia_file_keeps_its_format_and_its_opening_comments(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_five=FIVE_FAILING)
+    (pytester.path / "mps_float32.txt").write_text(KORNIA_STYLE)
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate",
+        "-p",
+        "no:cacheprovider",
+        "--mps-known-failures=mps_float32.txt",
+        "--mps-known-failures-write",
+    )
+    result.stdout.fnmatch_lines(["*wrote 5 lines to mps_float32.txt"])
+    assert (pytester.path / "mps_float32.txt").read_text() == (
+        "# Exact failure baseline from a hosted macOS runner\n"
+        "# Format: <exact exception type>\\t<pytest node ID>\n"
+        "TypeError\ttest_five.py::test_float64[mps]\n"
+        "KeyError\ttest_five.py::test_lookup[mps]\n"
+        "RuntimeError\ttest_five.py::test_mixed[mps]\n"
+        "TypeError\ttest_five.py::test_numpy[mps]\n"
+        "AssertionError\ttest_five.py::test_sum[mps]\n"
+    )
+
+
+def test_a_bad_kornia_line_names_the_format_the_file_is_in(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_five=FIVE_FAILING)
+    (pytester.path / "mps_float32.txt").write_text(
+        "TypeError\ttest_five.py::test_numpy[mps]\nKeyError test_five.py::x\n"
+    )
+    result = pytester.runpytest(
+        "--mps-emulate",
+        "-p",
+        "no:cacheprovider",
+        "--mps-known-failures=mps_float32.txt",
+    )
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --mps-known-failures=mps_float32.txt: *mps_float32.txt, line 2: "
+            "'KeyError test_five.py::x' is not '<exception type><TAB><node id>', the "
+            "format of the file's first entry"
+        ]
+    )

@@ -38,12 +38,14 @@ class State:
         self.shown = path if relative.startswith("..") else relative
         self.writing = bool(config.getoption("mps_known_failures_write", None))
         self.entries: dict[tuple[str, str], manifest.Entry] = {}
+        #: the file as read: its format (kept when it is refreshed)
+        self.read = manifest.Manifest([])
         if os.path.exists(path):
             try:
-                listed = manifest.read(path)
+                self.read = manifest.read(path)
             except (manifest.ManifestError, OSError) as exc:
                 raise pytest.UsageError(f"{where}: {exc}") from None
-            self.entries = {(e.nodeid, e.device): e for e in listed}
+            self.entries = {(e.nodeid, e.device): e for e in self.read.entries}
         elif not self.writing:
             raise pytest.UsageError(
                 f"{where}: {path} does not exist; write it from a run with "
@@ -65,7 +67,7 @@ class State:
         writing = "; writing it at the end (--mps-known-failures-write)"
         return (
             f"pytest-mps known failures: {len(self.entries)} listed in {self.shown}"
-            f"{writing if self.writing else ''}"
+            f" ({self.read.describe()}){writing if self.writing else ''}"
         )
 
     def _device(self, item: pytest.Item) -> str:
@@ -143,11 +145,17 @@ class State:
 
         kept = [e for e in self.entries.values() if e.nodeid not in self.ran]
         new = []
+        tabs = self.read.style == manifest.TABS
         for (nodeid, device), exception in self.failed.items():
+            if tabs:  # one device per file, as its name says
+                listed_for = manifest.file_device(self.path)[0]
+                if listed_for not in ("*", device):
+                    continue  # a failure on another device is not this file's
+                device = listed_for
             old = self.entries.get((nodeid, device))
             message = old.message if old and old.exception == exception else ""
             new.append(manifest.Entry(nodeid, exception, device, message))
-        manifest.write(self.path, kept + new)
+        manifest.write(self.path, kept + new, self.read.style)
         self.written = len(kept) + len(new)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
