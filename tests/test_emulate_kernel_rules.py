@@ -270,12 +270,79 @@ def test_the_grid_rules_hold_below_torch_2_13_on_real_tensors() -> None:
     assert "aten::grid_sampler_2d" not in new
 
 
+GRID_3D = """
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def test_nearest_3d():
+    volume = torch.randn(1, 1, 3, 4, 4, device="mps")
+    grid = torch.zeros(1, 2, 2, 2, 3, device="mps")
+    with pytest.raises(KIND, match="^" + re.escape(TEXT)):
+        F.grid_sample(volume, grid, mode="nearest", align_corners=False)
+
+
+def test_bilinear_3d():
+    volume = torch.randn(1, 1, 3, 4, 4, device="mps")
+    grid = torch.zeros(1, 2, 2, 2, 3, device="mps")
+    out = F.grid_sample(volume, grid, mode="bilinear", align_corners=False)
+    assert out.device.type == "mps" and out.shape == (1, 1, 2, 2, 2)
+
+
+def test_bicubic_3d_refused_as_on_every_device():
+    volume = torch.randn(1, 1, 3, 4, 4, device="mps")
+    grid = torch.zeros(1, 2, 2, 2, 3, device="mps")
+    with pytest.raises(RuntimeError, match="bicubic interpolation only supports 4D"):
+        F.grid_sample(volume, grid, mode="bicubic", align_corners=False)
+"""
+
+
+def test_grid_sample_3d_nearest_is_refused_in_pytorchs_words(
+    pytester: pytest.Pytester,
+) -> None:
+    """GridSampler.mm refuses the 3-D sampler's nearest mode (kornia#4147).
+
+    Where the installed torch's yaml gives grid_sampler_3d no MPS kernel (and
+    no fallback is asked for), the op table's NotImplementedError stands.
+    """
+    from pytest_mps.ops.table import FALLBACK, load_table
+
+    outcome = load_table().predict("aten::grid_sampler_3d").outcome
+    if outcome == FALLBACK:
+        kind, text = "NotImplementedError", "The operator 'aten::grid_sampler_3d'"
+    else:
+        kind, text = (
+            "RuntimeError",
+            "grid_sampler_3d: Unsupported Nearest interpolation",
+        )
+    code = GRID_3D.replace("KIND", kind).replace("TEXT", repr(text))
+    pytester.makepyfile(test_grid_3d=code)
+    result = pytester.runpytest("--mps-emulate")
+    if outcome == FALLBACK:  # every mode raises the table's text
+        result.assert_outcomes(passed=1, failed=2)
+    else:
+        result.assert_outcomes(passed=3)
+
+
+def test_the_3d_nearest_rule_on_real_tensors() -> None:
+    volume, grid = torch.randn(1, 1, 3, 4, 4), torch.zeros(1, 2, 2, 2, 3)
+    rule = rules.argument_rules(lambda op: "ok")["aten::grid_sampler_3d"]
+    found = rule((volume, grid, 1, 0, False), {}, None)
+    assert found is not None and found.error == "RuntimeError"
+    assert found.message == "grid_sampler_3d: Unsupported Nearest interpolation"
+    assert rule((volume, grid, 0, 0, False), {}, None) is None
+    assert rule((volume, grid, 0, 1, False), {}, None) is None  # border is taken
+
+
 def test_every_table_rule_cites_an_mps_source_and_has_a_test_here() -> None:
     for rule in kernels.KERNEL_RULES:
         assert rule.source.startswith("aten/src/ATen/native/mps/operations/")
         assert rule.error in ("RuntimeError", "NotImplementedError")
-    covered = len(RULES) + len(OLD_MACOS) + 2  # + grid border and bicubic
-    assert covered >= 15
+    covered = len(RULES) + len(OLD_MACOS) + 3  # + grid border, bicubic, 3-d nearest
+    assert covered >= 16
 
 
 MM = """

@@ -77,6 +77,23 @@ def _grid_bicubic(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
     return None
 
 
+# GridSampler.mm grid_sampler_3d_mps_impl (the generic sampler's, with
+# op_name "grid_sampler_3d") switches on the interpolation mode after the
+# shared checks: bilinear runs, nearest and bicubic are refused. Bicubic never
+# gets there: GridSamplerUtils.h check_grid_sampler_3d refuses it for 5-d
+# inputs on every device, the CPU included. Every torch whose yaml gives
+# grid_sampler_3d an MPS kernel (2.9.1, 2.13) has this switch; the op
+# table's fallback stands where it has none. kornia's real Mac (torch 2.9.1)
+# fails its 3-D motion blur on it (kornia#4147).
+_GRID_3D = f"{_OPS}GridSampler.mm grid_sampler_3d_mps_impl"
+
+
+def _grid_3d_nearest(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    if _arg(args, kwargs, 2, "interpolation_mode") == 1:
+        return "grid_sampler_3d: Unsupported Nearest interpolation"
+    return None
+
+
 # -- convolution -------------------------------------------------------------------
 _CONV = f"{_OPS}Convolution.mm _mps_convolution_impl"
 
@@ -207,6 +224,7 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
         _GRID,
         torch_before=(2, 13),
     ),
+    KernelRule("aten::grid_sampler_3d", "mode='nearest'", _grid_3d_nearest, _GRID_3D),
     KernelRule(
         "aten::convolution",
         "5-d input (conv3d) before macOS 13.2",

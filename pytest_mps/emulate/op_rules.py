@@ -103,11 +103,10 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
         if top and rules is not None and _depth.value > 0 and not _sparse(args):
             # the installed emulation's rule: it follows its macOS version
             rule = rules.argument_rules.get(key)
-            if rule is not None:
-                verdict = rule(args, kwargs, _depth.call)
-                if verdict is not None:
-                    rules.apply(verdict, name)
-            elif outcome in _ACTED_ON:
+            verdict = None if rule is None else rule(args, kwargs, _depth.call)
+            if verdict is not None:
+                rules.apply(verdict, name)
+            elif outcome in _ACTED_ON:  # no rule, or it leaves it to the table
                 rules._apply_outcome(outcome, name)
         return op.redispatch(keyset.remove(below), *args, **kwargs)
 
