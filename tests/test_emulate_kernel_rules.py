@@ -292,11 +292,22 @@ def test_bilinear_3d():
     assert out.device.type == "mps" and out.shape == (1, 1, 2, 2, 2)
 
 
-def test_bicubic_3d_refused_as_on_every_device():
-    volume = torch.randn(1, 1, 3, 4, 4, device="mps")
-    grid = torch.zeros(1, 2, 2, 2, 3, device="mps")
-    with pytest.raises(RuntimeError, match="bicubic interpolation only supports 4D"):
+def test_bicubic_3d_follows_the_shared_check():
+    # torch refused 5-D bicubic on every device until 2.15 (pytorch#194738)
+    volume = torch.randn(1, 1, 3, 4, 4)
+    grid = torch.zeros(1, 2, 2, 2, 3)
+    try:
         F.grid_sample(volume, grid, mode="bicubic", align_corners=False)
+    except RuntimeError as cpu_error:
+        with pytest.raises(RuntimeError, match=re.escape(str(cpu_error))):
+            F.grid_sample(
+                volume.to("mps"), grid.to("mps"), mode="bicubic", align_corners=False
+            )
+    else:
+        out = F.grid_sample(
+            volume.to("mps"), grid.to("mps"), mode="bicubic", align_corners=False
+        )
+        assert out.device.type == "mps"
 """
 
 

@@ -207,6 +207,18 @@ def _lu_no_pivot(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: Table ops that may have no MPS kernel in the installed torch while a
+#: composite op reaching them has one: torch 2.6's yaml gives
+#: ``linalg_lu_factor`` an MPS kernel (``linalg_lu_factor_mps``, making the
+#: checks above) and ``linalg_lu_factor_ex`` none, and the CPU's composite
+#: ``linalg_lu_factor`` calls ``linalg_lu_factor_ex``. There the op's rules hold
+#: for calls through the named torch function (a Mac runs its composite's MPS
+#: kernel) and any other call meets the op table's fallback, as on a Mac.
+THROUGH: dict[str, tuple[str, str]] = {
+    "aten::linalg_lu_factor_ex": ("aten::linalg_lu_factor", "torch.linalg.lu_factor"),
+}
+
+
 #: The table. Ops are the ones both a Mac and the CPU dispatch (checked on the
 #: CPU through ``__torch_dispatch__``); order within an op is the kernel's order.
 KERNEL_RULES: tuple[KernelRule, ...] = (

@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from pytest_mps.ops import CERTAIN, FALLBACK, FORCED_FALLBACK, LIKELY, RAISES
+from pytest_mps.ops import (
+    CERTAIN,
+    FALLBACK,
+    FORCED_FALLBACK,
+    LIKELY,
+    MPS_KERNEL,
+    RAISES,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +227,8 @@ def argument_rules(
     :data:`ARGUMENT_RULES` and the kernel table (:mod:`.kernels`), one rule
     per op: the table's rules for an op are tried first, in order.
     ``outcome_of(op)`` is the op table's outcome for an op; a rule of
-    :data:`WHILE_NO_KERNEL` is left out once it is not a fallback there.
+    :data:`WHILE_NO_KERNEL` is left out once it is not a fallback there, and
+    the kernel table's rules for an op are left out while it is one.
     ``torch_version`` defaults to the installed torch's.
     """
     from pytest_mps.audit import kernels
@@ -236,16 +244,35 @@ def argument_rules(
     }
     table = kernels.rules_for(kernels.torch_release(torch_version), macos)
     for op, listed in table.items():
-        found[op] = _kernel_rule(listed, found.get(op))
+        # a kernel rule is an MPS kernel's own check: where this torch's yaml
+        # gives the op no MPS kernel, the op table's fallback stands, but for
+        # calls through a composite op with an MPS kernel of its own
+        if outcome_of(op) != FALLBACK:
+            found[op] = _kernel_rule(listed, found.get(op))
+        elif op in kernels.THROUGH:
+            owner, through = kernels.THROUGH[op]
+            if outcome_of(owner) == MPS_KERNEL:
+                found[op] = _kernel_rule(listed, found.get(op), (owner, through))
     return found
 
 
-def _kernel_rule(listed: tuple[Any, ...], then: Rule | None) -> Rule:
-    """One rule trying the kernel table's ``listed`` rules, then ``then``."""
+def _kernel_rule(
+    listed: tuple[Any, ...],
+    then: Rule | None,
+    through: tuple[str, str] | None = None,
+) -> Rule:
+    """One rule trying the kernel table's ``listed`` rules, then ``then``.
+
+    With ``through`` (the composite op and its torch function), the rules
+    hold only for calls through that function, which then run on MPS; other
+    calls go on to ``then``.
+    """
 
     def rule(
         args: Sequence[Any], kwargs: Mapping[str, Any], call: Call | None = None
     ) -> Verdict | None:
+        if through is not None and (call is None or call_name(call[0]) != through[1]):
+            return then(args, kwargs, call) if then is not None else None
         for entry in listed:
             message = entry.test(args, kwargs)
             if message is not None:
@@ -257,6 +284,13 @@ def _kernel_rule(listed: tuple[Any, ...], then: Rule | None) -> Rule:
                     message,
                     entry.error,
                 )
+        if through is not None:
+            return Verdict(
+                MPS_KERNEL,
+                f"{through[1]} runs {through[0]}'s own MPS kernel",
+                "native_functions.yaml",
+                CERTAIN,
+            )
         return then(args, kwargs, call) if then is not None else None
 
     return rule
