@@ -151,6 +151,10 @@ class TensorAnswers:
             host_type = "torch." + wanted.removeprefix("torch.mps.")
             dtype = torch.empty(0).type(host_type).dtype
             return self._to(Tensor.to, (base, MPS, dtype), {})
+        if tags.tagged(base) and _host_type_name(wanted):
+            # "torch.FloatTensor" names a CPU type: a Mac copies to the host
+            dtype = torch.empty(0).type(wanted).dtype
+            return self._to(Tensor.to, (base, "cpu", dtype), {})
         out = func(*args, **kwargs)
         if tags.tagged(base) and out.device.type == "cpu" and out is not base:
             # t.type(torch.float16) stays on the device
@@ -355,3 +359,17 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     if isinstance(value, (tuple, list)):
         return tuple(value)
     return (value,)
+
+
+def _host_type_name(wanted: Any) -> bool:
+    """Whether ``wanted`` is a legacy CPU tensor type: ``"torch.FloatTensor"``.
+
+    (A ``torch.cuda.`` name raises as on a Mac, in torch's own words.)
+    """
+    if isinstance(wanted, type) and not issubclass(wanted, Tensor):
+        wanted = f"{wanted.__module__}.{wanted.__name__}"  # torch.FloatTensor
+    return (
+        isinstance(wanted, str)
+        and wanted.removeprefix("torch.").endswith("Tensor")
+        and "." not in wanted.removeprefix("torch.")
+    )
