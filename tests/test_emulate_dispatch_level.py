@@ -181,3 +181,42 @@ def test_it(module):
     )
     result = pytester.runpytest("--mps-emulate", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)
+
+
+def test_in_inference_mode_what_a_judged_kernel_calls_is_not_judged(
+    pytester: pytest.Pytester,
+) -> None:
+    """Inference mode skips the autograd keys, so the marker cannot tell a
+    nested call there: a convolution's CPU lowering (``_slow_conv2d_forward``,
+    no MPS kernel) ran under ``convolution``'s own kernel and was refused, so
+    every model evaluated under ``torch.inference_mode()`` failed (kornia's
+    XFeat). What a judged op's kernel calls is its own work."""
+    pytester.makepyfile(
+        HEADER
+        + """
+
+@pytest.mark.parametrize("module", [
+    torch.nn.Conv2d(3, 4, 3, padding=1),
+    torch.nn.Conv2d(8, 2, 1),
+    torch.nn.Conv2d(2, 2, 3, dilation=2),
+    torch.nn.ConvTranspose2d(2, 2, 3),
+])
+@pytest.mark.parametrize("mode", [torch.inference_mode, torch.no_grad])
+def test_it(module, mode):
+    module = module.to(D)
+    with mode():
+        out = module(torch.randn(1, module.in_channels, 9, 9, device=D))
+    assert out.device.type == "mps"
+
+
+def test_a_refusal_still_holds_in_inference_mode():
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError, match="Convolution is supported only"):
+            torch.nn.functional.conv2d(
+                torch.ones(1, 1, 3, 3, dtype=torch.int32, device=D),
+                torch.ones(1, 1, 1, 1, dtype=torch.int32, device=D),
+            )
+"""
+    )
+    result = pytester.runpytest("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=9)

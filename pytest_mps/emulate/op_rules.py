@@ -23,7 +23,9 @@ the call came from the top, then hands it to PyTorch's own autograd kernel.
 too.) Backward formulas call ops from the top (``linalg_solve``'s backward
 calls ``linalg_lu_solve``, on a Mac as here). Inference mode skips the
 autograd keys everywhere: there every call is judged, as the Mac's outermost
-one would be and nested ones may be.
+one would be and nested ones may be, but for the calls a judged op's own CPU
+kernel makes (a convolution's CPU lowering), which are that op's work on
+every backend (:attr:`_Depth.below`).
 
 A rule acts only inside a call on the emulated device: the function mode
 (:mod:`.tagged`) raises a thread-local depth while it runs a call with a
@@ -56,6 +58,9 @@ class _Depth(threading.local):
     #: The op whose autograd marker runs now: the call reached it from
     #: the top, as a Mac dispatches it (None: inside another op's kernel).
     top: str | None = None
+    #: A judged op's CPU kernel runs now: the ops it calls are its own work
+    #: (the marker cannot say so in inference mode, which skips autograd).
+    below = False
 
 
 _depth = _Depth()
@@ -98,6 +103,8 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         rules = _current[0]
+        if _depth.below:  # inside a judged op's CPU kernel: a Mac never runs it
+            return op.redispatch(keyset.remove(below), *args, **kwargs)
         top = _depth.top == full or full not in _marked or _unmarkable(args)
         _depth.top = None  # the ops its CPU kernel calls are not judged
         if top and rules is not None and _depth.value > 0 and not _sparse(args):
@@ -108,7 +115,11 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
                 rules.apply(verdict, name)
             elif outcome in _ACTED_ON:  # no rule, or it leaves it to the table
                 rules._apply_outcome(outcome, name)
-        return op.redispatch(keyset.remove(below), *args, **kwargs)
+        _depth.below = True
+        try:
+            return op.redispatch(keyset.remove(below), *args, **kwargs)
+        finally:
+            _depth.below = False
 
     return kernel
 
