@@ -48,6 +48,11 @@ def test_wrapper():
     assert r._data.device.type == "mps"
     assert "device='mps:0'" in repr(w)
     assert f"{torch.ones(2, device=D)}".endswith("device='mps:0')")
+def test_wrapper_beside_device_tensors():
+    # kornia's Se3: a device tensor (an nn.Parameter) + a TensorWrapper
+    p = torch.nn.Parameter(torch.ones(2, device=D))
+    for r in (torch.add(p, W(torch.ones(2, device=D))), torch.mul(W(p), p)):
+        assert r._data.device.type == "mps"
 """
 
 
@@ -56,4 +61,4 @@ def test_conversions_and_tensor_likes_follow_the_device(
 ) -> None:
     pytester.makepyfile(USER_TESTS)
     result = pytester.runpytest("--mps-emulate", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)

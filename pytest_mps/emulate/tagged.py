@@ -271,9 +271,9 @@ class TagMode(TensorAnswers, TorchFunctionMode):
                         else:
                             hosts.append(item)
         generator = kwargs.get("generator")
+        if types and not all(issubclass(kind, Tensor) for kind in types):
+            return self._tensor_like(func, types, args, kwargs)
         if not on_device:
-            if types and not all(issubclass(kind, Tensor) for kind in types):
-                return self._tensor_like(func, types, args, kwargs)
             if type(generator) is EmulatedGenerator:
                 self.rules.check_generator(generator, CPU)
             return func(*args, **kwargs)
