@@ -23,9 +23,13 @@ the call came from the top, then hands it to PyTorch's own autograd kernel.
 too.) Backward formulas call ops from the top (``linalg_solve``'s backward
 calls ``linalg_lu_solve``, on a Mac as here). Inference mode skips the
 autograd keys everywhere: there every call is judged, as the Mac's outermost
-one would be and nested ones may be, but for the calls a judged op's own CPU
-kernel makes (a convolution's CPU lowering), which are that op's work on
-every backend (:attr:`_Depth.below`).
+one would be and nested ones may be. In every mode, the calls a judged op's
+own CPU kernel makes are not judged (:attr:`_Depth.below`; a convolution's
+CPU lowering in inference mode, where the marker cannot tell): an op gets a
+kernel here only where its table outcome or its argument rules speak for the
+whole op as a Mac runs it (it falls back whole to the CPU, or it is refused,
+or its own MPS kernel or lowering runs), so nothing it calls inside reaches
+a Mac's MPS backend.
 
 A rule acts only inside a call on the emulated device: the function mode
 (:mod:`.tagged`) raises a thread-local depth while it runs a call with a
@@ -58,8 +62,9 @@ class _Depth(threading.local):
     #: The op whose autograd marker runs now: the call reached it from
     #: the top, as a Mac dispatches it (None: inside another op's kernel).
     top: str | None = None
-    #: A judged op's CPU kernel runs now: the ops it calls are its own work
-    #: (the marker cannot say so in inference mode, which skips autograd).
+    #: A judged op's CPU kernel runs now: the ops it calls are its own work,
+    #: not judged, in every mode (in inference mode, which skips autograd,
+    #: only this tells them apart from the Mac's calls).
     below = False
 
 
