@@ -10,12 +10,12 @@ allocator makes. TagMode takes them as a base class.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from pytest_mps.emulate import backward, lazy, messages, op_rules, tags
+from pytest_mps.emulate import backward, dlpack, lazy, messages, op_rules, tags
 from pytest_mps.emulate.policy import CPU, MPS
 
 Tensor = torch.Tensor
@@ -76,6 +76,37 @@ class TensorAnswers:
 
     #: dtype -> PyTorch's refusal on the emulated Mac (``Policy.bad_dtypes``).
     bad_dtypes: dict[torch.dtype, str]
+
+    def _answers(self) -> dict[Any, Callable[..., Any]]:
+        """The calls these answers take over, by identity: the mode's table."""
+        return {
+            _property(Tensor, "device").__get__: self._device,
+            _property(Tensor, "is_mps").__get__: self._is_mps_get,
+            _property(Tensor, "is_cpu").__get__: self._is_cpu,
+            Tensor.get_device: self._get_device,
+            Tensor.type: self._type,
+            Tensor.to: self._to,
+            Tensor.cpu: self._cpu,
+            Tensor.numpy: self._numpy,
+            Tensor.__array__: self._array,
+            Tensor.__repr__: self._repr,
+            Tensor.__format__: self._format,
+            Tensor.type_as: self._type_as,
+            _property(Tensor, "grad").__get__: self._grad_get,
+            _property(Tensor, "grad").__set__: self._grad_set,
+            Tensor.backward: self._backward,
+            torch.autograd.backward: self._autograd,
+            torch.autograd.grad: self._autograd,
+            Tensor.register_hook: self._register_hook,
+            torch._C._nn._parse_to: self._parse_to,
+            torch.device: self._device_of,
+            # a move between the device and the host keeps the parameter
+            # objects (param.data = moved), as dense tensors of any two
+            # devices are compatible on a Mac too
+            torch._has_compatible_shallow_copy_type: self._pass,
+            Tensor.__dlpack_device__: dlpack.device,
+            Tensor.__dlpack__: dlpack.export,
+        }
 
     def _check_dtype(self, out: Any) -> None:
         __tracebackhide__ = True
@@ -373,3 +404,11 @@ def _host_type_name(wanted: Any) -> bool:
         and wanted.removeprefix("torch.").endswith("Tensor")
         and "." not in wanted.removeprefix("torch.")
     )
+
+
+def _property(owner: type, name: str) -> Any:
+    """The descriptor ``owner.name`` (its getter and setter reach the mode)."""
+    for klass in owner.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    raise AttributeError(name)

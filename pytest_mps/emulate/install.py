@@ -28,6 +28,7 @@ import torch
 from pytest_mps import ops as mps_ops
 from pytest_mps.emulate import (
     backward,
+    dlpack,
     explain,
     extensions,
     generator,
@@ -245,6 +246,7 @@ class Emulation:
         """Patch torch and enter the mode (in the calling thread)."""
         import torch.accelerator
         import torch.backends.mps
+        import torch.utils.dlpack
 
         policy.current[0] = self.policy
         memory.current[0] = self.budget
@@ -260,6 +262,9 @@ class Emulation:
         if hasattr(torch, "Event"):
             self._set(torch, "Event", runtime.event_class(torch.Event))
         self._set(torch, "range", self._range(torch.range))
+        for owner in (torch._C, torch.utils.dlpack):  # older torch: a name of its own
+            if hasattr(owner, "_from_dlpack"):
+                self._set(owner, "_from_dlpack", dlpack.importer(owner._from_dlpack))
         self._set(torch, "compile", compile_eagerly())
         self._set(
             torch._C,
@@ -326,6 +331,7 @@ class Emulation:
     def undo(self) -> None:
         """Leave the mode and restore everything :meth:`install` replaced."""
         import torch.backends.mps
+        import torch.utils.dlpack
 
         if self.mode is not None:
             self.mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]

@@ -197,32 +197,7 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             name.partition(".")[0].removesuffix("_") for name in rules.table.iterators
         ) | {"where"}
         self.names: dict[Any, str] = {}
-        self.special: dict[Any, Callable[..., Any]] = {
-            _property(Tensor, "device").__get__: self._device,
-            _property(Tensor, "is_mps").__get__: self._is_mps_get,
-            _property(Tensor, "is_cpu").__get__: self._is_cpu,
-            Tensor.get_device: self._get_device,
-            Tensor.type: self._type,
-            Tensor.to: self._to,
-            Tensor.cpu: self._cpu,
-            Tensor.numpy: self._numpy,
-            Tensor.__array__: self._array,
-            Tensor.__repr__: self._repr,
-            Tensor.__format__: self._format,
-            Tensor.type_as: self._type_as,
-            _property(Tensor, "grad").__get__: self._grad_get,
-            _property(Tensor, "grad").__set__: self._grad_set,
-            Tensor.backward: self._backward,
-            torch.autograd.backward: self._autograd,
-            torch.autograd.grad: self._autograd,
-            Tensor.register_hook: self._register_hook,
-            torch._C._nn._parse_to: self._parse_to,
-            torch.device: self._device_of,
-            # a move between the device and the host keeps the parameter
-            # objects (param.data = moved), as dense tensors of any two
-            # devices are compatible on a Mac too
-            torch._has_compatible_shallow_copy_type: self._pass,
-        }
+        self.special: dict[Any, Callable[..., Any]] = self._answers()
 
     # -- every call ---------------------------------------------------------------
 
@@ -440,11 +415,3 @@ class TagMode(TensorAnswers, TorchFunctionMode):
             raise RuntimeError(kernels.too_many_dims(out.dim()))
         tags.tag(out)
         return out
-
-
-def _property(owner: type, name: str) -> Any:
-    """The descriptor ``owner.name`` (its getter and setter reach the mode)."""
-    for klass in owner.__mro__:
-        if name in vars(klass):
-            return vars(klass)[name]
-    raise AttributeError(name)
