@@ -262,6 +262,11 @@ class Emulation:
         if hasattr(torch, "Event"):
             self._set(torch, "Event", runtime.event_class(torch.Event))
         self._set(torch, "range", self._range(torch.range))
+        device = torch.UntypedStorage.device
+        self._set(torch.UntypedStorage, "device", tags.storage_device(device))
+        self._set(
+            torch.UntypedStorage, "cpu", tags.storage_cpu(torch.UntypedStorage.cpu)
+        )
         for owner in (torch._C, torch.utils.dlpack):  # older torch: a name of its own
             if hasattr(owner, "_from_dlpack"):
                 self._set(owner, "_from_dlpack", dlpack.importer(owner._from_dlpack))

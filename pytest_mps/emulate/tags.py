@@ -20,6 +20,7 @@ before each op.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -106,3 +107,36 @@ def tag_outputs(out: Any, hosts: Sequence[torch.Tensor], skip: frozenset[int]) -
                 for inner in item:
                     if isinstance(inner, torch.Tensor):
                         tag(inner)
+
+
+def storage_device(original: Any) -> property:
+    """``UntypedStorage.device`` that says mps for a tagged storage.
+
+    ``t.untyped_storage().device`` is mps on a Mac. torch's own Python code
+    (``torch.storage``'s ``clone``, ``cpu``, ``__deepcopy__``, pickling,
+    ``torch.serialization``) still reads the host: it allocates and copies by
+    that device, and the storage's memory is the host's.
+    """
+    getter = original.__get__
+    mps = torch.device("mps", 0)
+
+    def device(storage: Any) -> torch.device:
+        if MARK in storage.__dict__:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller != "torch" and not caller.startswith("torch."):
+                return mps
+        value: torch.device = getter(storage)
+        return value
+
+    return property(device, doc=original.__doc__)
+
+
+def storage_cpu(original: Any) -> Any:
+    """``UntypedStorage.cpu()``: a host copy of a tagged storage, as on a Mac."""
+
+    def cpu(storage: Any) -> Any:
+        if MARK in storage.__dict__:
+            return torch.UntypedStorage(storage.nbytes()).copy_(storage)  # type: ignore[no-untyped-call]
+        return original(storage)
+
+    return cpu
