@@ -317,11 +317,13 @@ def test_grid_sample_3d_nearest_is_refused_in_pytorchs_words(
     """GridSampler.mm refuses the 3-D sampler's nearest mode (kornia#4147).
 
     Where the installed torch's yaml gives grid_sampler_3d no MPS kernel (and
-    no fallback is asked for), the op table's NotImplementedError stands.
+    no fallback is asked for), the op table's NotImplementedError stands;
+    from 2.13, PyTorch's own Mac CI runs it (its common_mps.py), so it runs.
     """
     from pytest_mps.ops.table import FALLBACK, load_table
 
     outcome = load_table().predict("aten::grid_sampler_3d").outcome
+    runs = kernels.torch_release(torch.__version__) >= (2, 13)
     if outcome == FALLBACK:
         kind, text = "NotImplementedError", "The operator 'aten::grid_sampler_3d'"
     else:
@@ -334,13 +336,20 @@ def test_grid_sample_3d_nearest_is_refused_in_pytorchs_words(
     result = pytester.runpytest("--mps-emulate")
     if outcome == FALLBACK:  # every mode raises the table's text
         result.assert_outcomes(passed=1, failed=2)
+    elif runs:  # the nearest test's pytest.raises fails: nothing raised
+        result.assert_outcomes(passed=2, failed=1)
+        result.stdout.fnmatch_lines(["*DID NOT RAISE*"])
     else:
         result.assert_outcomes(passed=3)
 
 
 def test_the_3d_nearest_rule_on_real_tensors() -> None:
     volume, grid = torch.randn(1, 1, 3, 4, 4), torch.zeros(1, 2, 2, 2, 3)
-    rule = rules.argument_rules(lambda op: "ok")["aten::grid_sampler_3d"]
+    found_rules = rules.argument_rules(lambda op: "ok", torch_version="2.9.1")
+    rule = found_rules["aten::grid_sampler_3d"]
+    assert "aten::grid_sampler_3d" not in rules.argument_rules(
+        lambda op: "ok", torch_version="2.13.0"
+    )
     found = rule((volume, grid, 1, 0, False), {}, None)
     assert found is not None and found.error == "RuntimeError"
     assert found.message == "grid_sampler_3d: Unsupported Nearest interpolation"

@@ -81,10 +81,14 @@ def _grid_bicubic(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
 # op_name "grid_sampler_3d") switches on the interpolation mode after the
 # shared checks: bilinear runs, nearest and bicubic are refused. Bicubic never
 # gets there: GridSamplerUtils.h check_grid_sampler_3d refuses it for 5-d
-# inputs on every device, the CPU included. Every torch whose yaml gives
-# grid_sampler_3d an MPS kernel (2.9.1, 2.13) has this switch; the op
-# table's fallback stands where it has none. kornia's real Mac (torch 2.9.1)
-# fails its 3-D motion blur on it (kornia#4147).
+# inputs on every device, the CPU included (until 2.15, pytorch#194738).
+# kornia's real Mac (torch 2.9.1) fails its 3-D motion blur on it
+# (kornia#4147), and 2.9.1's common_mps.py lists grid_sampler_3d as failing.
+# The 2.13.0 wheel's OpInfo samples 5-d nearest and its common_mps.py no
+# longer marks float32 grid_sample (2.15.0's marks it for 5-d bicubic only),
+# so PyTorch's Mac CI runs 3-d nearest from 2.13: the rule holds below 2.13
+# (2.10 to 2.12 were not checked). The op table's fallback stands where the
+# yaml gives grid_sampler_3d no MPS kernel (2.6).
 _GRID_3D = f"{_OPS}GridSampler.mm grid_sampler_3d_mps_impl"
 
 
@@ -236,7 +240,13 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
         _GRID,
         torch_before=(2, 13),
     ),
-    KernelRule("aten::grid_sampler_3d", "mode='nearest'", _grid_3d_nearest, _GRID_3D),
+    KernelRule(
+        "aten::grid_sampler_3d",
+        "mode='nearest'",
+        _grid_3d_nearest,
+        _GRID_3D,
+        torch_before=(2, 13),
+    ),
     KernelRule(
         "aten::convolution",
         "5-d input (conv3d) before macOS 13.2",
