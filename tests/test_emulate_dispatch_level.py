@@ -85,6 +85,34 @@ def test_an_op_is_judged_by_its_own_kernel_not_by_what_the_cpu_kernel_calls(
     result.stdout.no_fnmatch_line("*linalg_lu_solve*")
 
 
+@pytest.mark.parametrize(
+    ("call", "op"),
+    [
+        # logspace's CompositeExplicitAutograd kernel calls logspace.out
+        ("torch.logspace(0, 1, 5, device=D)", "logspace.out"),
+        ("torch.logspace(torch.tensor(0.0, device=D), 1, 5, device=D)", "logspace.out"),
+        # linalg_pinv.atol_rtol_tensor's shared kernel calls linalg_eigh
+        (
+            "torch.linalg.pinv(well_posed() @ well_posed().mT, hermitian=True)",
+            "_linalg_eigh",
+        ),
+    ],
+)
+def test_what_a_kernel_shared_by_every_backend_calls_is_judged(
+    pytester: pytest.Pytester, call: str, op: str
+) -> None:
+    """A CompositeExplicitAutograd kernel runs on a Mac too, and so do its calls."""
+    expect = _expect(op)
+    body = (
+        f"{expect}\n        {call}"
+        if expect
+        else f"out = {call}\n    assert out.device.type == 'mps'"
+    )
+    pytester.makepyfile(HEADER + f"\n\ndef test_it():\n    {body}\n")
+    result = pytester.runpytest("--mps-emulate", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 def test_an_op_called_directly_is_judged_and_so_is_a_backward_formula_calling_it(
     pytester: pytest.Pytester,
 ) -> None:

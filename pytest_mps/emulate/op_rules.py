@@ -111,6 +111,8 @@ def _kernel(op: Any, key: str, outcome: str) -> Callable[..., Any]:
         if _depth.below:  # inside a judged op's CPU kernel: a Mac never runs it
             return op.redispatch(keyset.remove(below), *args, **kwargs)
         top = _depth.top == full or full not in _marked or _unmarkable(args)
+        if not top and _depth.call is not None:
+            top = _shared_kernel(_depth.call[0])
         _depth.top = None  # the ops its CPU kernel calls are not judged
         if top and rules is not None and _depth.value > 0 and not _sparse(args):
             # the installed emulation's rule: it follows its macOS version
@@ -180,6 +182,47 @@ def _unmarkable(args: tuple[Any, ...]) -> bool:
         return True
     first = args[0] if args else None
     return isinstance(first, torch.Tensor) and first.is_inference()
+
+
+#: torch call -> whether its aten op has a CompositeExplicitAutograd kernel.
+_shared: dict[Any, bool] = {}
+_SHARED_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
+def _shared_kernel(func: Any) -> bool:
+    """True where the outermost torch call's op runs one kernel on every backend.
+
+    A CompositeExplicitAutograd kernel (``logspace``'s, ``linalg_pinv``'s)
+    runs below autograd, so the ops it calls skip their markers, yet a Mac
+    runs that same kernel and meets them on MPS (``logspace.out``,
+    ``_linalg_eigh``): they are judged. Read once per torch call from the
+    dispatcher: any overload of the call's aten name with such a kernel and
+    none of its own for the CPU (a structured op's functional form has both,
+    and its CPU kernel is the CPU's: ``linalg_inv_ex`` on torch 2.6).
+    """
+    found = _shared.get(func)
+    if found is None:
+        name = getattr(func, "__name__", "") or ""
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        found = bool(name) and any(
+            any(has(qualified, key) for key in _SHARED_KEYS)
+            and not has(qualified, "CPU")
+            for qualified in _packet(name)
+        )
+        _shared[func] = found
+    return found
+
+
+def _packet(name: str) -> list[str]:
+    """The registered overloads of ``aten::name`` (qualified names)."""
+    if not _names:
+        for qualified in torch._C._dispatch_get_all_op_names():
+            base = qualified.partition(".")[0]
+            _names.setdefault(base, []).append(qualified)
+    return _names.get(f"aten::{name}", [])
+
+
+_names: dict[str, list[str]] = {}
 
 
 def _sparse(args: tuple[Any, ...]) -> bool:

@@ -399,11 +399,17 @@ class TagMode(TensorAnswers, TorchFunctionMode):
         elif func in _RANDOM_FACTORIES:
             options["generator"] = default_generator
         unreproduced.note_draw(_op_name(func), options.get("dtype"))
+        depth = op_rules._depth
+        outer_call = depth.call
+        if outer_call is None:  # the kernel rules ask which call this is
+            depth.call = (func, args, options)
         with op_rules.INSIDE:
             try:
                 out = func(*args, **options)
             except RuntimeError as error:  # NotImplementedError too
                 raise refused.mps_only(error, self.rules) from None
+            finally:
+                depth.call = outer_call
         if not isinstance(out, Tensor):
             return out
         if not tags.tagged(out) and (
