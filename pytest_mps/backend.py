@@ -18,6 +18,21 @@ if TYPE_CHECKING:
 
 #: First macOS release with MPS support (PyTorch's "Getting started on Mac").
 MIN_MACOS = (12, 3)
+#: The oldest macOS each torch release's MPS backend starts on, newest first:
+#: torch 2.5 deleted the macOS 12.3 checks and needs 13.0 (pytorch#133141;
+#: 2.5.1 finds no MPS device on 12.7.6, pytorch#139425); "in 2.9+ MPS is only
+#: supported on MacOS Sonoma+" (pytorch#162921, a maintainer; a 2.10 nightly
+#: has no MPS on 13.7.4, pytorch#164943). Older torch runs from 12.3.
+MACOS_FLOORS: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = (
+    ((2, 9), (14, 0)),
+    ((2, 5), (13, 0)),
+)
+
+#: Where macOS keeps the tools read here: absolute, so that a PATH a project's
+#: tooling changed (a venv's, Homebrew's coreutils, a CI image's) cannot
+#: answer in their place.
+SYSCTL = "/usr/sbin/sysctl"
+IOREG = "/usr/sbin/ioreg"
 
 
 def torch_installed() -> bool:
@@ -49,7 +64,15 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def macos_version() -> str | None:
-    """The macOS version (``"14.5"``), or None off macOS.
+    """The macOS version (``"26.1"``, ``"14.5"``), or None off macOS.
+
+    ``platform.mac_ver()`` reads ``SystemVersion.plist``, which macOS answers
+    with the old numbering to a program built with an older SDK: "16.0" on
+    macOS 26, "10.16" on macOS 11 (CPython gh-135675; python.org's and
+    conda's Pythons were built so). ``sysctl kern.osproductversion`` from
+    ``/usr/sbin/sysctl`` (built with the system's own SDK) gives the real
+    one; where it cannot be read, a compatibility answer is corrected from
+    the Darwin kernel's release (``os.uname()``, which no SDK changes).
 
     The real host's: under ``--mps-emulate`` ``platform.mac_ver()`` answers
     as the emulated Mac and keeps the host's answer beside it (emulate/host.py).
@@ -58,7 +81,53 @@ def macos_version() -> str | None:
 
     answer = getattr(platform.mac_ver, "pytest_mps_real", None)
     release = (answer if answer is not None else platform.mac_ver())[0]
-    return release or None
+    if not release:
+        return None
+    product = _sysctl("kern.osproductversion")
+    if product and _version_tuple(product):
+        return product
+    return _uncompat(release, darwin_release())
+
+
+def darwin_release() -> str:
+    """The Darwin kernel's release (``"25.1.0"`` on macOS 26.1): ``os.uname()``."""
+    import os
+
+    return os.uname().release
+
+
+def _uncompat(release: str, darwin: str) -> str:
+    """``release`` with macOS's compatibility numbers replaced from ``darwin``.
+
+    Darwin 20 to 24 are macOS 11 to 15, Darwin 25 is macOS 26 (the year-based
+    numbering); 10.16 and 16.x are the placeholders old SDKs are told.
+    """
+    version = _version_tuple(release)
+    kernel = _version_tuple(darwin)
+    if version[:2] != (10, 16) and version[:1] != (16,) or not kernel:
+        return release
+    major = kernel[0] + 1 if kernel[0] >= 25 else kernel[0] - 9
+    minor = kernel[1] if len(kernel) > 1 else 0
+    return f"{major}.{minor}" if major > 10 else release
+
+
+def macos_floor(torch_version: str) -> tuple[int, int]:
+    """The oldest macOS on which ``torch_version``'s MPS backend is available."""
+    release = _version_tuple(torch_version.split("+")[0])[:2]
+    for since, floor in MACOS_FLOORS:
+        if release >= since:
+            return floor
+    return MIN_MACOS
+
+
+def under_rosetta() -> bool:
+    """True for an x86-64 process translated by Rosetta on Apple silicon.
+
+    ``sysctl.proc_translated`` is 1 there, 0 for a native process, and
+    missing on an Intel Mac (Apple's "About the Rosetta translation
+    environment").
+    """
+    return _sysctl("sysctl.proc_translated") == "1"
 
 
 def mps_unavailable_reason() -> str | None:
@@ -83,13 +152,22 @@ def mps_unavailable_reason() -> str | None:
     if mps_available():
         return None
     mac = macos_version()
-    if mac is not None and _version_tuple(mac) < MIN_MACOS:
+    floor = macos_floor(torch.__version__)
+    if mac is not None and _version_tuple(mac) < floor:
         return (
             f"torch is built with MPS but it is not available: macOS {mac} is "
-            "older than 12.3, the first release with MPS"
+            f"older than {floor[0]}.{floor[1]}, the oldest that torch "
+            f"{torch.__version__}'s MPS backend starts on"
         )
     machine = platform.machine()
     if machine != "arm64":
+        if under_rosetta():
+            return (
+                "torch is built with MPS but it is not available: this Python "
+                f"is an {machine} build running under Rosetta on Apple silicon, "
+                "and MPS needs a native arm64 Python (python -c 'import "
+                "platform; print(platform.machine())' prints arm64)"
+            )
         return (
             "torch is built with MPS but it is not available: this Mac is not "
             f"Apple silicon (machine {machine})"
@@ -100,14 +178,23 @@ def mps_unavailable_reason() -> str | None:
     )
 
 
+def on_macos() -> bool:
+    """True on macOS: the one test of the platform that the Mac reads below ask."""
+    return sys.platform == "darwin"
+
+
 def _sysctl(name: str) -> str | None:
-    if sys.platform != "darwin":
+    """``sysctl -n name``, or None where macOS has no such name (or off macOS)."""
+    if not on_macos():
         return None
+    import os
     import subprocess
 
+    # SYSTEM_VERSION_COMPAT=0: no compatibility answers (see macos_version)
+    env = dict(os.environ, SYSTEM_VERSION_COMPAT="0")
     try:
         out = subprocess.run(
-            ["sysctl", "-n", name], capture_output=True, text=True, timeout=5
+            [SYSCTL, "-n", name], capture_output=True, text=True, timeout=5, env=env
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -124,13 +211,13 @@ def chip_name() -> str | None:
 @lru_cache(maxsize=1)
 def gpu_core_count() -> int | None:
     """The GPU core count that ``ioreg`` reports for the AGX accelerator."""
-    if sys.platform != "darwin":
+    if not on_macos():
         return None
     import subprocess
 
     try:
         out = subprocess.run(
-            ["ioreg", "-rc", "AGXAccelerator", "-d1"],
+            [IOREG, "-rc", "AGXAccelerator", "-d1"],
             capture_output=True,
             text=True,
             timeout=5,
@@ -219,7 +306,7 @@ def _int(text: str | None) -> int | None:
 @lru_cache(maxsize=1)
 def mac_facts() -> MacFacts | None:
     """The :class:`MacFacts` of the Mac this runs on (read once); None off macOS."""
-    if sys.platform != "darwin":
+    if not on_macos():
         return None
     from pytest_mps.mac_facts import MacFacts
 

@@ -7,6 +7,8 @@ import platform
 import pytest
 import torch
 
+from pytest_mps import backend
+
 DEVICE_TEST = """
 import torch
 
@@ -163,8 +165,9 @@ def _fake_mps_built_but_unavailable(
 @pytest.mark.parametrize(
     ("mac", "machine", "reason"),
     [
-        ("12.1", "arm64", "macOS 12.1 is older than 12.3, the first release with MPS"),
-        ("13.4", "x86_64", "this Mac is not Apple silicon (machine x86_64)"),
+        # the installed torch's floor: 14.0 from 2.9 (pytorch#162921), 13.0 before
+        ("below", "arm64", "is older than *, the oldest that torch"),
+        ("14.5", "x86_64", "this Mac is not Apple silicon (machine x86_64)"),
         ("14.5", "arm64", "no Metal GPU is visible, as in virtual machines such as"),
     ],
 )
@@ -175,6 +178,10 @@ def test_mps_flag_names_why_a_built_mps_is_unavailable(
     machine: str,
     reason: str,
 ) -> None:
+    if mac == "below":
+        floor = backend.macos_floor(torch.__version__)
+        mac = f"{floor[0] - 1}.4"
+        reason = f"macOS {mac} {reason}"
     _fake_mps_built_but_unavailable(monkeypatch, mac, machine)
     pytester.makepyfile(DEVICE_TEST)
     result = pytester.runpytest("--mps")

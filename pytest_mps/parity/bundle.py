@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_mps import backend
 from pytest_mps.parity.settings import SUFFIX, current_test, directory, fresh
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def fingerprint(device: torch.device) -> dict[str, Any]:
         if found["emulated"]:
             found["emulated_macos"] = ".".join(map(str, emulated_macos() or ()))
         else:
-            found["macos"] = platform.mac_ver()[0]
+            found["macos"] = backend.macos_version() or ""
     return found
 
 

@@ -1,0 +1,160 @@
+"""macOS's facts as a Mac gives them, read through the MPS shim.
+
+The shim here is the operating system's side of :mod:`pytest_mps.backend`:
+``on_macos``, ``_sysctl`` (``/usr/sbin/sysctl -n NAME``), ``darwin_release``
+(``os.uname().release``) and ``platform.mac_ver``, answered with values
+real Macs give in public reports:
+
+- macOS 26 tells a program built with an older SDK that it is "16.0" through
+  ``SystemVersion.plist`` (CPython gh-135675: ``platform.mac_ver()`` printed
+  ``('16.0', ('', '', ''), 'arm64')`` on Tahoe), as macOS 11 told it "10.16"
+  (pypa/packaging#497, pyinstaller#6329); ``kern.osproductversion`` and the
+  Darwin release (25.x on macOS 26, 20.x on macOS 11) are not changed.
+- Under Rosetta an x86-64 Python sees ``platform.machine()`` "x86_64" and
+  ``sysctl.proc_translated`` 1 (Apple's "About the Rosetta translation
+  environment").
+
+Nothing here ran on a Mac.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_mps import backend
+
+#: A Mac on macOS 26.1 (build 25B78), as sysctl answers.
+TAHOE = {
+    "kern.osproductversion": "26.1",
+    "kern.osversion": "25B78",
+    "hw.model": "Mac16,10",
+    "machdep.cpu.brand_string": "Apple M4",
+    "kern.hv_vmm_present": "0",
+    "hw.memsize": str(16 << 30),
+}
+
+
+@pytest.fixture
+def mac(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A Mac through the shim: edit the dict to change what sysctl answers."""
+    answers = dict(TAHOE)
+    monkeypatch.setattr(backend, "on_macos", lambda: True)
+    monkeypatch.setattr(backend, "_sysctl", answers.get)
+    monkeypatch.setattr(backend, "darwin_release", lambda: "25.1.0")
+    monkeypatch.setattr(backend, "_metal_device", lambda: {})
+    monkeypatch.setattr(backend, "gpu_core_count", lambda: None)
+    monkeypatch.setattr(platform, "mac_ver", lambda *a: ("16.0", ("", "", ""), "arm64"))
+    backend.mac_facts.cache_clear()
+    yield answers
+    backend.mac_facts.cache_clear()
+
+
+def test_macos_26_reads_as_26_where_the_plist_says_16(mac: dict[str, str]) -> None:
+    assert platform.mac_ver()[0] == "16.0"
+    assert backend.macos_version() == "26.1"
+    facts = backend.mac_facts()
+    assert facts is not None and facts.macos == "26.1"
+
+
+def test_without_sysctl_the_darwin_release_corrects_the_plist(
+    mac: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del mac["kern.osproductversion"]
+    assert backend.macos_version() == "26.1"
+    # macOS 11 told old SDKs "10.16"; Darwin 20.6 is macOS 11.6
+    monkeypatch.setattr(backend, "darwin_release", lambda: "20.6.0")
+    monkeypatch.setattr(
+        platform, "mac_ver", lambda *a: ("10.16", ("", "", ""), "x86_64")
+    )
+    assert backend.macos_version() == "11.6"
+
+
+def test_a_true_answer_of_the_plist_is_kept(
+    mac: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    del mac["kern.osproductversion"]
+    monkeypatch.setattr(backend, "darwin_release", lambda: "24.5.0")
+    monkeypatch.setattr(platform, "mac_ver", lambda *a: ("15.5", ("", "", ""), "arm64"))
+    assert backend.macos_version() == "15.5"
+
+
+def test_the_header_fingerprint_and_manifest_say_26(
+    mac: dict[str, str], pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile("def test_ok(device): pass")
+    folder = pytester.path / "known-failures"
+    folder.mkdir()
+    entry = "test_other.py::test_gone | AssertionError | cpu\n"
+    (folder / "macos26.txt").write_text(entry)
+    result = pytester.runpytest(
+        "--mps-device=cpu",
+        "--mps-known-failures=known-failures/macos{macos}.txt",
+        "--mps-report=report.json",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["pytest-mps machine: macOS 26.1 (25B78), *"])
+    result.stdout.no_fnmatch_line("*16.0*")
+    report = (pytester.path / "report.json").read_text()
+    assert '"os_version": "26.1"' in report
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "floor"),
+    [("2.4.1", (12, 3)), ("2.5.1", (13, 0)), ("2.8.0", (13, 0)), ("2.9.1", (14, 0))],
+)
+def test_the_macos_floor_follows_the_torch_release(
+    torch_version: str, floor: tuple[int, int]
+) -> None:
+    assert backend.macos_floor(torch_version) == floor
+
+
+def test_rosetta_is_named_as_rosetta(
+    mac: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    mac["sysctl.proc_translated"] = "1"
+    reason = backend.mps_unavailable_reason()
+    assert reason is not None and "under Rosetta" in reason and "arm64" in reason
+    del mac["sysctl.proc_translated"]  # an Intel Mac has no such name
+    reason = backend.mps_unavailable_reason()
+    assert reason is not None and "not Apple silicon (machine x86_64)" in reason
+
+
+def test_an_old_macos_is_judged_by_the_installed_torchs_floor(
+    mac: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    mac["kern.osproductversion"] = "13.6"
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    reason = backend.mps_unavailable_reason()
+    assert reason is not None
+    assert "macOS 13.6 is older than 14.0" in reason and "2.13.0" in reason
+
+
+def test_a_sysctl_on_path_does_not_answer_for_macos(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a project's PATH may hold another sysctl (a venv's, a CI image's): the
+    # reads use /usr/sbin/sysctl, which on this Linux knows no macOS names
+    fake = tmp_path / "sysctl"
+    fake.write_text("#!/bin/sh\necho 99.0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(backend, "on_macos", lambda: True)
+    assert shutil.which("sysctl") == str(fake)
+    assert backend._sysctl("kern.osproductversion") != "99.0"
