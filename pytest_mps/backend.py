@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -48,10 +47,89 @@ def mps_built() -> bool:
 
 
 def mps_available() -> bool:
-    """``torch.backends.mps.is_available()``."""
+    """``torch.backends.mps.is_available()``, or the held answer (:func:`hold`)."""
+    if holding[0]:
+        return bool(answers.get("available", False))
     import torch
 
-    return bool(torch.backends.mps.is_available())
+    answers["available"] = found = bool(torch.backends.mps.is_available())
+    return found
+
+
+#: What this process has read of the device (``available``, ``mac_facts``,
+#: ``probe``), kept so a process that must not touch Metal can be given them:
+#: the isolation's fork server forks children, and a child forked after its
+#: parent used Metal inherits dead GPU-driver connections (pytorch#178037,
+#: Lightning#21345). :func:`hold` fills it in such a process.
+answers: dict[str, Any] = {}
+#: True where ``answers`` came from the parent and nothing may be asked here.
+holding: list[bool] = [False]
+
+
+def read_answers() -> dict[str, Any]:
+    """The device's answers a fork server needs, read here (this process may)."""
+    if torch_installed() and mps_built():
+        mps_available()
+    facts = mac_facts()
+    found = dict(answers)
+    found["mac_facts"] = None if facts is None else facts._asdict()
+    return found
+
+
+def hold(given: dict[str, Any]) -> None:
+    """Answer from ``given`` from now on: this process touches no Metal.
+
+    ``torch.backends.mps.is_available`` answers so too (a suite's skipif at
+    collection); a child forked from here asks the device again for itself.
+    """
+    import os
+
+    answers.clear()
+    answers.update({k: v for k, v in given.items() if k != "mac_facts"})
+    holding[0] = True
+    mac_facts.cache_clear()
+    if given.get("mac_facts") is not None:
+        from pytest_mps.mac_facts import MacFacts
+
+        answers["mac_facts"] = MacFacts(**given["mac_facts"])
+    if not torch_installed():
+        return
+    import torch  # here, so that no later import finds is_available unheld
+
+    mps = torch.backends.mps
+    real = mps.is_available
+
+    def held_answer() -> bool:
+        return bool(given.get("available", False))
+
+    setattr(mps, "is_available", held_answer)  # noqa: B010
+
+    def forked() -> None:
+        if mps.is_available is held_answer:  # not where the emulation answers
+            setattr(mps, "is_available", real)  # noqa: B010
+        answers.clear()
+        holding[0] = False
+        mac_facts.cache_clear()
+
+    os.register_at_fork(after_in_child=forked)
+
+
+def metal_unusable() -> str | None:
+    """Why Metal cannot be used in this forked process, or None.
+
+    PyTorch marks a child forked after its parent started MPS
+    (``torch.mps._is_in_bad_fork()``); its ops would fail or hang there.
+    """
+    torch = sys.modules.get("torch")
+    mps = getattr(torch, "mps", None)
+    bad = getattr(mps, "_is_in_bad_fork", None)
+    if bad is None or not bad():
+        return None
+    return (
+        "Metal cannot be used in this child process: it was forked from a "
+        "process that had started MPS (torch.mps._is_in_bad_fork() is True); "
+        "run with --mps-isolate-start=spawn or forkserver"
+    )
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -232,73 +310,6 @@ def gpu_core_count() -> int | None:
     return None
 
 
-FRAMEWORKS = Path("/System/Library/Frameworks")
-
-
-def framework_version(name: str, root: Path = FRAMEWORKS) -> str | None:
-    """A macOS framework's version from its bundle plist (``"368.12"``), or None.
-
-    Reads ``<root>/<name>.framework/Resources/version.plist``, then its
-    ``Info.plist``: ``CFBundleShortVersionString``, with ``CFBundleVersion``
-    in parentheses where they differ.
-    """
-    import plistlib
-
-    for leaf in ("version.plist", "Info.plist"):
-        path = root / f"{name}.framework" / "Resources" / leaf
-        try:
-            with path.open("rb") as handle:
-                data = plistlib.load(handle)
-        except (OSError, plistlib.InvalidFileException, ValueError):
-            continue
-        short = data.get("CFBundleShortVersionString")
-        build = data.get("CFBundleVersion") or data.get("ProjectVersion")
-        if short and build and str(build) != str(short):
-            return f"{short} ({build})"
-        if short or build:
-            return str(short or build)
-    return None
-
-
-def _metal_device() -> dict[str, Any]:
-    """The default Metal device's name and limits, through the Objective-C runtime.
-
-    ctypes only (no PyObjC): ``MTLCreateSystemDefaultDevice`` then one
-    ``objc_msgSend`` per property, each cast to its own signature (arm64
-    needs that). Empty where anything fails.
-    """
-    import ctypes
-
-    try:
-        objc = ctypes.cdll.LoadLibrary("/usr/lib/libobjc.A.dylib")
-        metal = ctypes.cdll.LoadLibrary(str(FRAMEWORKS / "Metal.framework" / "Metal"))
-        metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
-        device = metal.MTLCreateSystemDefaultDevice()
-        if not device:
-            return {}
-        objc.sel_registerName.restype = ctypes.c_void_p
-        objc.sel_registerName.argtypes = [ctypes.c_char_p]
-        address = ctypes.cast(objc.objc_msgSend, ctypes.c_void_p).value
-        if address is None:
-            return {}
-
-        def send(obj: int, selector: bytes, restype: Any) -> Any:
-            call = ctypes.CFUNCTYPE(restype, ctypes.c_void_p, ctypes.c_void_p)(address)
-            return call(obj, objc.sel_registerName(selector))
-
-        name = send(device, b"name", ctypes.c_void_p)
-        text = send(name, b"UTF8String", ctypes.c_char_p) if name else None
-        return {
-            "gpu": text.decode("utf-8", "replace") if text else None,
-            "working_set": int(
-                send(device, b"recommendedMaxWorkingSetSize", ctypes.c_uint64)
-            ),
-            "max_buffer": int(send(device, b"maxBufferLength", ctypes.c_uint64)),
-        }
-    except (OSError, AttributeError, ValueError, TypeError):
-        return {}
-
-
 def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.strip().isdigit() else None
 
@@ -306,11 +317,14 @@ def _int(text: str | None) -> int | None:
 @lru_cache(maxsize=1)
 def mac_facts() -> MacFacts | None:
     """The :class:`MacFacts` of the Mac this runs on (read once); None off macOS."""
+    if holding[0]:
+        held: MacFacts | None = answers.get("mac_facts")
+        return held
     if not on_macos():
         return None
-    from pytest_mps.mac_facts import MacFacts
+    from pytest_mps.mac_facts import MacFacts, framework_version, metal_device
 
-    metal = _metal_device()
+    metal = metal_device()
     vmm = _sysctl("kern.hv_vmm_present")
     return MacFacts(
         macos=macos_version(),

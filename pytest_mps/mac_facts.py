@@ -1,4 +1,7 @@
-"""What macOS and Metal say about a Mac: the record :func:`.backend.mac_facts` fills.
+"""What macOS and Metal say about a Mac: the record and the reads that fill it.
+
+:func:`.backend.mac_facts` fills :class:`MacFacts`, with the Metal device and
+the frameworks' bundle versions read here.
 
 Apart from :mod:`.backend`, which pytest imports at start-up, because creating
 a NamedTuple class costs 0.3 ms there; this module is imported only where a
@@ -7,7 +10,8 @@ Mac's facts are read (on macOS) or made (tests).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 
 class MacFacts(NamedTuple):
@@ -38,3 +42,70 @@ class MacFacts(NamedTuple):
     #: the frameworks' bundle versions, where their plists can be read
     metal: str | None
     mpsgraph: str | None
+
+
+FRAMEWORKS = Path("/System/Library/Frameworks")
+
+
+def framework_version(name: str, root: Path = FRAMEWORKS) -> str | None:
+    """A macOS framework's version from its bundle plist (``"368.12"``), or None.
+
+    Reads ``<root>/<name>.framework/Resources/version.plist``, then its
+    ``Info.plist``: ``CFBundleShortVersionString``, with ``CFBundleVersion``
+    in parentheses where they differ.
+    """
+    import plistlib
+
+    for leaf in ("version.plist", "Info.plist"):
+        path = root / f"{name}.framework" / "Resources" / leaf
+        try:
+            with path.open("rb") as handle:
+                data = plistlib.load(handle)
+        except (OSError, plistlib.InvalidFileException, ValueError):
+            continue
+        short = data.get("CFBundleShortVersionString")
+        build = data.get("CFBundleVersion") or data.get("ProjectVersion")
+        if short and build and str(build) != str(short):
+            return f"{short} ({build})"
+        if short or build:
+            return str(short or build)
+    return None
+
+
+def metal_device() -> dict[str, Any]:
+    """The default Metal device's name and limits, through the Objective-C runtime.
+
+    ctypes only (no PyObjC): ``MTLCreateSystemDefaultDevice`` then one
+    ``objc_msgSend`` per property, each cast to its own signature (arm64
+    needs that). Empty where anything fails.
+    """
+    import ctypes
+
+    try:
+        objc = ctypes.cdll.LoadLibrary("/usr/lib/libobjc.A.dylib")
+        metal = ctypes.cdll.LoadLibrary(str(FRAMEWORKS / "Metal.framework" / "Metal"))
+        metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
+        device = metal.MTLCreateSystemDefaultDevice()
+        if not device:
+            return {}
+        objc.sel_registerName.restype = ctypes.c_void_p
+        objc.sel_registerName.argtypes = [ctypes.c_char_p]
+        address = ctypes.cast(objc.objc_msgSend, ctypes.c_void_p).value
+        if address is None:
+            return {}
+
+        def send(obj: int, selector: bytes, restype: Any) -> Any:
+            call = ctypes.CFUNCTYPE(restype, ctypes.c_void_p, ctypes.c_void_p)(address)
+            return call(obj, objc.sel_registerName(selector))
+
+        name = send(device, b"name", ctypes.c_void_p)
+        text = send(name, b"UTF8String", ctypes.c_char_p) if name else None
+        return {
+            "gpu": text.decode("utf-8", "replace") if text else None,
+            "working_set": int(
+                send(device, b"recommendedMaxWorkingSetSize", ctypes.c_uint64)
+            ),
+            "max_buffer": int(send(device, b"maxBufferLength", ctypes.c_uint64)),
+        }
+    except (OSError, AttributeError, ValueError, TypeError):
+        return {}

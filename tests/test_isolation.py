@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 import torch
@@ -377,3 +379,121 @@ def test_an_isolated_skip_and_xfail_read_as_pytest_makes_them(
     )
     junit = (pytester.path / "junit.xml").read_text()
     assert '<property name="x" value="1"' in junit
+
+
+# A Mac through the MPS shim, loaded with -p in the pytest process and in the
+# fork server alike (the server parses the same command line). PyTorch's
+# torch._C._mps_is_available() registers a fork handler that marks every
+# child forked afterwards as in a bad fork (torch/csrc/mps/Module.cpp:
+# MPSModule_isAvailable calls track_bad_mps_fork, whose pthread_atfork child
+# handler sets in_bad_fork, read by torch.mps._is_in_bad_fork()); the fake
+# does the same. Each Metal call (availability, the Metal device's facts, the
+# probe's op) is recorded with the role of the process that made it.
+FAKE_MAC = """
+import json
+import os
+
+import torch
+
+from pytest_mps import backend, mac_facts
+from pytest_mps.isolation import server
+from pytest_mps.machine import virtual
+
+BORN = os.getpid()
+bad_fork = [False]
+tracked = [False]
+
+
+def role():
+    if not server.serving[0]:
+        return "pytest"
+    return "server" if os.getpid() == BORN else "child"
+
+
+def note(call):
+    with open(os.environ["FAKE_MAC_LOG"], "a") as log:
+        log.write(json.dumps([role(), call]) + "\\n")
+
+
+def is_available():
+    note("torch._C._mps_is_available")
+    if not tracked[0]:
+        tracked[0] = True
+        os.register_at_fork(after_in_child=lambda: bad_fork.__setitem__(0, True))
+    return True
+
+
+def metal_device():
+    note("MTLCreateSystemDefaultDevice")
+    return {"gpu": "Apple M4", "working_set": 12 << 30, "max_buffer": 9 << 30}
+
+
+real_probe = virtual._probe
+
+
+def probe(device, timeout):
+    note("probe")
+    return real_probe(device, timeout)
+
+
+torch.backends.mps.is_built = lambda: True
+getattr(torch.backends.mps.is_available, "cache_clear", lambda: None)()
+torch._C._mps_is_available = is_available
+torch.mps._is_in_bad_fork = lambda: bad_fork[0]
+backend.on_macos = lambda: True
+mac_facts.metal_device = metal_device
+virtual._probe = probe
+os.register_at_fork(before=lambda: note("fork"))
+"""
+
+ASKS_IN_THE_CHILD = """
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_isolated(device, i):
+    assert device.type == "mps"
+    assert torch.backends.mps.is_available()
+"""
+
+
+def _calls(path: Path) -> list[tuple[str, str]]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [tuple(json.loads(line)) for line in lines]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("start", ["forkserver", "fork"])
+def test_the_fork_server_touches_no_metal_and_a_bad_fork_fails_in_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    pytester.makepyfile(fakemac=FAKE_MAC, test_asks=ASKS_IN_THE_CHILD)
+    log = pytester.path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_MAC_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    result = pytester.runpytest_subprocess(
+        "-p", "fakemac", "--mps", "--mps-isolate", f"--mps-isolate-start={start}",
+        "--mps-empty-cache=never",
+        timeout=120,
+    )  # fmt: skip
+    calls = _calls(log)
+    pytest_calls = {call for role, call in calls if role == "pytest"}
+    # the pytest process asks (the header, --mps, the probe): so it may
+    assert {"torch._C._mps_is_available", "probe"} <= pytest_calls
+    assert "MTLCreateSystemDefaultDevice" in pytest_calls
+    if start == "fork":
+        # forked from the pytest process, which had asked: PyTorch's bad fork,
+        # and the test's setup does not start
+        result.assert_outcomes(errors=3)
+        result.stdout.fnmatch_lines(
+            ["*Metal cannot be used in this child process: it was forked from a "
+             "process that had started MPS (torch.mps._is_in_bad_fork() is True)*"]
+        )  # fmt: skip
+        return
+    result.assert_outcomes(passed=3)
+    server = [call for role, call in calls if role == "server"]
+    # the server forked the three children and made no Metal call, before or after
+    assert server == ["fork"] * 3
+    # each child asks the device for itself, in a good fork
+    children = [call for role, call in calls if role == "child"]
+    assert children.count("torch._C._mps_is_available") == 3

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mps import backend
+from pytest_mps import backend, mac_facts
 
 #: A Mac on macOS 26.1 (build 25B78), as sysctl answers.
 TAHOE = {
@@ -47,7 +47,7 @@ def mac(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     monkeypatch.setattr(backend, "on_macos", lambda: True)
     monkeypatch.setattr(backend, "_sysctl", answers.get)
     monkeypatch.setattr(backend, "darwin_release", lambda: "25.1.0")
-    monkeypatch.setattr(backend, "_metal_device", lambda: {})
+    monkeypatch.setattr(mac_facts, "metal_device", lambda: {})
     monkeypatch.setattr(backend, "gpu_core_count", lambda: None)
     monkeypatch.setattr(platform, "mac_ver", lambda *a: ("16.0", ("", "", ""), "arm64"))
     backend.mac_facts.cache_clear()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mps import backend
+from pytest_mps import backend, mac_facts
 from pytest_mps.mac_facts import MacFacts
 from pytest_mps.machine import fingerprint
 
@@ -192,10 +192,10 @@ def test_a_framework_version_is_read_from_its_bundle_plist(tmp_path: Path) -> No
             handle,
         )
     assert (
-        backend.framework_version("MetalPerformanceShadersGraph", tmp_path)
+        mac_facts.framework_version("MetalPerformanceShadersGraph", tmp_path)
         == "5.1.0 (5.1.0.12)"
     )
-    assert backend.framework_version("Metal", tmp_path) is None
+    assert mac_facts.framework_version("Metal", tmp_path) is None
 
 
 BENCH = "def test_sum(mps_benchmark):\n    mps_benchmark(sum, range(100))\n"
@@ -372,7 +372,7 @@ import time
 
 import torch
 
-from pytest_mps import backend
+from pytest_mps import backend, mac_facts
 from pytest_mps.mac_facts import MacFacts
 
 backend.mac_facts = lambda: MacFacts(

@@ -26,6 +26,7 @@ from typing import NoReturn
 
 import pytest
 
+from pytest_mps import backend
 from pytest_mps.isolation import record
 
 #: The signal the parent sends for a stack dump before killing a child.
@@ -59,11 +60,22 @@ def run(item: pytest.Item, paths: Paths) -> None:
     in_child[0] = True
     config = item.config
     with open(paths.results, "w", encoding="utf-8") as results:
+        unusable = backend.metal_unusable()
+
+        def refuse() -> None:
+            pytest.fail(str(unusable), pytrace=False)
 
         def phase(when: str, **kwargs: object) -> pytest.TestReport:
             hook = getattr(item.ihook, f"pytest_runtest_{when}")
+
+            def run_phase() -> None:
+                if unusable is None:
+                    hook(item=item, **kwargs)
+                elif when == "setup":  # and nothing set up to tear down
+                    refuse()
+
             call = pytest.CallInfo.from_call(
-                lambda: hook(item=item, **kwargs),
+                run_phase,
                 when=when,  # type: ignore[arg-type]
                 reraise=(pytest.exit.Exception, KeyboardInterrupt),
             )

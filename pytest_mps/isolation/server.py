@@ -8,6 +8,11 @@ for node ids on a pipe. For each it forks a child that runs the test
 status. Nothing in it touches a device unless the suite's own collection does,
 so each child starts Metal or CUDA for itself, as a spawned process would,
 without paying for interpreter start-up, imports and collection each time.
+A child forked after its parent used Metal inherits dead GPU-driver
+connections (pytorch#178037, Lightning#21345), so the server is handed what
+the pytest process read of the device (MPS available, the Mac's facts, the
+probe's result: :func:`pytest_mps.backend.read_answers`) and answers from
+them, ``torch.backends.mps.is_available()`` included; each child asks again.
 
 The server's own output (pytest's header and collection) goes to a log file;
 it never runs ``pytest_sessionfinish``, so it writes no junit file, cache or
@@ -26,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from pytest_mps import backend
 from pytest_mps.isolation import child
 
 #: How the server gets its settings; taken out of its environment at once.
@@ -59,6 +65,8 @@ class Client:
             "basetemp": _basetemp(config),
             "inline": inline,
             "only": only,
+            # what this process read of the device: the server touches no Metal
+            "answers": backend.read_answers(),
         }
         env = dict(os.environ, **{SERVER_VARIABLE: json.dumps(spec)})
         # torch.cuda.is_available() asks the CUDA driver by default, which
@@ -269,6 +277,7 @@ def main() -> None:
     """The server process's entry: pytest on the same command line, serving."""
     spec = json.loads(os.environ.pop(SERVER_VARIABLE))
     serving[0] = True
+    backend.hold(spec.get("answers") or {})
     log = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)

@@ -134,7 +134,21 @@ def probe(device: str, timeout: float) -> str | None:
     allocation can fail: "MPS backend out of memory (MPS allocated: 0 bytes",
     pytorch#111576), or that it did not finish. The op runs on a daemon
     thread, so a hung device leaves the session free to go on.
+
+    Where the process holds its parent's answers (the isolation's fork
+    server, which must not touch Metal), the parent's result.
     """
+    from pytest_mps import backend
+
+    if backend.holding[0]:
+        held: str | None = backend.answers.get("probe")
+        return held
+    found = _probe(device, timeout)
+    backend.answers["probe"] = found
+    return found
+
+
+def _probe(device: str, timeout: float) -> str | None:
     outcome: list[BaseException | None] = []
 
     def run() -> None:
