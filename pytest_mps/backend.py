@@ -325,6 +325,8 @@ def mac_facts() -> MacFacts | None:
     from pytest_mps.mac_facts import MacFacts, framework_version, metal_device
 
     metal = metal_device()
+    if not metal.get("gpu"):
+        metal = torch_gpu_facts()
     vmm = _sysctl("kern.hv_vmm_present")
     return MacFacts(
         macos=macos_version(),
@@ -334,12 +336,41 @@ def mac_facts() -> MacFacts | None:
         vmm=None if vmm is None else vmm.strip() == "1",
         memory=_int(_sysctl("hw.memsize")),
         gpu=metal.get("gpu"),
-        gpu_cores=gpu_core_count(),
+        gpu_cores=gpu_core_count() or metal.get("gpu_cores"),
         working_set=metal.get("working_set"),
         max_buffer=metal.get("max_buffer"),
         metal=framework_version("Metal"),
         mpsgraph=framework_version("MetalPerformanceShadersGraph"),
+        gpu_family=metal.get("gpu_family"),
+        bfloat16=metal.get("bfloat16"),
+        gpu_source=metal.get("gpu_source"),
     )
+
+
+def torch_gpu_facts() -> dict[str, Any]:
+    """The GPU's name, cores and working set from torch's MPS API, or empty.
+
+    Where torch is loaded and MPS available: PyTorch finds its device with
+    ``MTLCopyAllDevices``, so it has one where ``MTLCreateSystemDefaultDevice``
+    gave none.
+
+    ``torch.backends.mps.get_name`` and ``get_core_count`` are newer than
+    ``torch.mps.recommended_max_memory``: each is read where the torch has it.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not mps_built() or not mps_available():
+        return {}
+    found: dict[str, Any] = {"gpu_source": "torch"}
+    for key, read in (
+        ("gpu", getattr(torch.backends.mps, "get_name", None)),
+        ("gpu_cores", getattr(torch.backends.mps, "get_core_count", None)),
+        ("working_set", getattr(torch.mps, "recommended_max_memory", None)),
+    ):
+        try:
+            found[key] = None if read is None else read()
+        except RuntimeError:
+            found[key] = None
+    return found
 
 
 def synchronize() -> None:

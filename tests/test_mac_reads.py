@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,151 @@ def test_a_sysctl_on_path_does_not_answer_for_macos(
     monkeypatch.setattr(backend, "on_macos", lambda: True)
     assert shutil.which("sysctl") == str(fake)
     assert backend._sysctl("kern.osproductversion") != "99.0"
+
+
+class FakeObjC:
+    """Metal's Objective-C answers, for :func:`mac_facts.metal_device`.
+
+    ``default``: what ``MTLCreateSystemDefaultDevice`` gives (None: NULL, as
+    in a command-line process that has not loaded CoreGraphics, pyobjc#390);
+    ``devices``: ``MTLCopyAllDevices``, each a dict of the device's answers.
+    """
+
+    def __init__(self, default: int | None, devices: list[dict[str, object]]):
+        self.default, self.devices = default, devices
+        self.asked: list[str] = []
+
+    def default_device(self) -> int | None:
+        self.asked.append("MTLCreateSystemDefaultDevice")
+        return self.default
+
+    def all_devices(self) -> list[int]:
+        self.asked.append("MTLCopyAllDevices")
+        return list(range(1, len(self.devices) + 1))
+
+    def text(self, obj: int, selector: bytes) -> str | None:
+        return str(self.devices[obj - 1][selector.decode()])
+
+    def size(self, obj: int, selector: bytes) -> int:
+        return int(self.devices[obj - 1][selector.decode()])  # type: ignore[call-overload]
+
+    def supports_family(self, obj: int, family: int) -> bool:
+        return family <= int(self.devices[obj - 1]["family"])  # type: ignore[call-overload]
+
+
+#: GitHub's hosted macos-26 runner: "GPU name: MTL0 (Apple Paravirtual
+#: device)", "GPU family: MTLGPUFamilyApple5 (1005)", "has bfloat = false"
+#: (qvac#3775); working set and largest buffer of a hosted runner's
+#: paravirtual GPU (VeloxQuant-MLX#395: 5010800640 and 3758096384).
+RUNNER_GPU = {
+    "name": "Apple Paravirtual device",
+    "recommendedMaxWorkingSetSize": 5010800640,
+    "maxBufferLength": 3758096384,
+    "family": 1005,
+}
+
+
+#: the reader itself, before a test replaces it with one that reads a fake
+READ_METAL = mac_facts.metal_device
+
+
+def test_a_null_default_device_falls_back_to_copy_all_devices() -> None:
+    objc = FakeObjC(None, [RUNNER_GPU])
+    found = mac_facts.metal_device(objc)
+    assert objc.asked == ["MTLCreateSystemDefaultDevice", "MTLCopyAllDevices"]
+    assert found == {
+        "gpu": "Apple Paravirtual device",
+        "working_set": 5010800640,
+        "max_buffer": 3758096384,
+        "gpu_family": 5,
+        "bfloat16": False,
+        "gpu_source": "MTLCopyAllDevices",
+    }
+    # no device at all: nothing made up
+    assert mac_facts.metal_device(FakeObjC(None, [])) == {}
+    if sys.platform != "darwin":  # no Objective-C runtime to load: empty
+        assert mac_facts.metal_device() == {}
+
+
+def test_without_metal_the_gpu_facts_come_from_torch(
+    mac: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    # torch/backends/mps/__init__.py: get_name() and get_core_count() return
+    # torch._C._mps_get_name() / _mps_get_core_count(); torch/mps/__init__.py:
+    # recommended_max_memory() returns torch._C._mps_recommendedMaxMemory()
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "get_name", lambda: "Apple M4", False)
+    monkeypatch.setattr(torch.backends.mps, "get_core_count", lambda: 10, False)
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 12 << 30)
+    facts = backend.mac_facts()
+    assert facts is not None
+    assert (facts.gpu, facts.gpu_cores, facts.working_set) == ("Apple M4", 10, 12 << 30)
+    assert facts.gpu_source == "torch"
+
+
+def test_an_apple5_gpu_without_bfloat16_is_named_and_its_bf16_tests_skip(
+    mac: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    pytester: pytest.Pytester,
+) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    runner = FakeObjC(None, [RUNNER_GPU])
+    monkeypatch.setattr(mac_facts, "metal_device", lambda: READ_METAL(runner))
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    pytester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+        def test_weights(device, dtype):
+            pass
+        """
+    )
+    result = pytester.runpytest(
+        "--mps", "--mps-probe-timeout=0", "--mps-empty-cache=never", "-rs"
+    )
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps machine: *GPU Apple Paravirtual device, Apple5, "
+            "no bfloat16*virtual*",
+            "pytest-mps machine: virtual GPU (GPU 'Apple Paravirtual device'; "
+            "GPU family Apple5*",
+            "SKIPPED *bfloat16 on MPS: the GPU (Apple Paravirtual device, "
+            "MTLGPUFamilyApple5) has no bfloat16*",
+        ]
+    )
+
+
+def test_an_m4_runs_its_bf16_tests(
+    mac: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    pytester: pytest.Pytester,
+) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    # a real M4 is MTLGPUFamilyApple9 (qvac#3775); its sizes here are examples
+    m4 = dict(RUNNER_GPU, name="Apple M4", family=1009)
+    m4["recommendedMaxWorkingSetSize"] = 12 << 30
+    mac_with_m4 = FakeObjC(2, [{}, m4])
+    monkeypatch.setattr(mac_facts, "metal_device", lambda: READ_METAL(mac_with_m4))
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    pytester.makepyfile(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('dtype', ['bfloat16'])\n"
+        "def test_weights(device, dtype):\n    pass\n"
+    )
+    result = pytester.runpytest("--mps", "--mps-probe-timeout=0")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["pytest-mps machine: *GPU Apple M4, Apple9; *"])
+    result.stdout.no_fnmatch_line("*virtual*")

@@ -32,6 +32,10 @@ HIGH_WATERMARK_VARIABLE = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
 #: runner-images#11899) or about 4.7 GiB (max allowed 7.93 GB, #9918).
 SMALL_WORKING_SET = 8 << 30
 
+#: The GPU family of the first Apple-silicon Macs (M1: Apple's Metal feature
+#: set tables); a Mac's GPU below it is not Apple silicon's own.
+APPLE_SILICON_FAMILY = 7
+
 #: Fields that make two runs' results differ when they differ (compared by
 #: :func:`differences`); the memory sizes and Python are reported, not compared.
 COMPARED = (
@@ -62,6 +66,9 @@ class Fingerprint:
     model: str | None = None
     gpu: str | None = None
     gpu_cores: int | None = None
+    #: the newest MTLGPUFamilyAppleN (7 for M1), and Metal's bfloat there
+    gpu_family: int | None = None
+    bfloat16: bool | None = None
     metal: str | None = None
     mpsgraph: str | None = None
     virtual: bool | None = None
@@ -101,7 +108,9 @@ class Fingerprint:
             parts.append(self.chip + (f" ({self.model})" if self.model else ""))
         if self.gpu:
             cores = f", {self.gpu_cores} cores" if self.gpu_cores else ""
-            parts.append(f"GPU {self.gpu}{cores}")
+            family = f", Apple{self.gpu_family}" if self.gpu_family else ""
+            bf16 = ", no bfloat16" if self.bfloat16 is False else ""
+            parts.append(f"GPU {self.gpu}{cores}{family}{bf16}")
         if self.metal:
             parts.append(f"Metal {self.metal}")
         if self.mpsgraph:
@@ -234,7 +243,8 @@ def virtual_signs(facts: MacFacts) -> tuple[str, ...]:
     Hosted runners' VMs show a ``"Apple Paravirtual device"`` Metal device
     (pytorch#111576), model ``VirtualMac2,1`` and a chip read as
     ``"Apple M1 (Virtual)"`` (their published system reports), and set
-    ``kern.hv_vmm_present``.
+    ``kern.hv_vmm_present``; their GPU is ``MTLGPUFamilyApple5`` (qvac#3775),
+    older than every Apple-silicon GPU (M1 is Apple7).
     """
     signs = []
     if facts.gpu and "paravirtual" in facts.gpu.lower():
@@ -245,6 +255,8 @@ def virtual_signs(facts: MacFacts) -> tuple[str, ...]:
         signs.append(f"chip {facts.chip!r}")
     if facts.vmm:
         signs.append("kern.hv_vmm_present=1")
+    if facts.gpu_family is not None and facts.gpu_family < APPLE_SILICON_FAMILY:
+        signs.append(f"GPU family Apple{facts.gpu_family}")
     return tuple(signs)
 
 
@@ -306,6 +318,8 @@ def read(
             model=facts.model,
             gpu=facts.gpu,
             gpu_cores=facts.gpu_cores,
+            gpu_family=facts.gpu_family,
+            bfloat16=facts.bfloat16,
             metal=facts.metal,
             mpsgraph=facts.mpsgraph,
             virtual=bool(signs),

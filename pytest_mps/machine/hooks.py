@@ -166,6 +166,29 @@ def pytest_collection_modifyitems(
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def _uses_bfloat16(item: pytest.Item) -> bool:
+    """A parameter of the test is bfloat16: ``torch.bfloat16``, "bfloat16", "bf16"."""
+    callspec = getattr(item, "callspec", None)
+    values = callspec.params.values() if callspec is not None else ()
+    return any(str(v) in ("torch.bfloat16", "bfloat16", "bf16") for v in values)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # a bfloat16 kernel on a GPU without Metal's bfloat can abort the whole
+    # process (exit 134 on hosted runners' Apple5 GPU: qvac#3775): skip first
+    config = item.config
+    if not _runs_mps(config) or not _uses_mps(item) or not _uses_bfloat16(item):
+        return
+    found = fingerprint(config)
+    if found.bfloat16 is False and found.emulated is None:
+        pytest.skip(
+            f"bfloat16 on MPS: the GPU ({found.gpu}, MTLGPUFamilyApple"
+            f"{found.gpu_family}) has no bfloat16 (Metal's bfloat needs Apple6, "
+            "Apple's Metal feature set tables); its kernels can abort the process"
+        )
+
+
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     try:
