@@ -397,7 +397,7 @@ import torch
 
 from pytest_mps import backend, mac_facts
 from pytest_mps.isolation import server
-from pytest_mps.machine import virtual
+from pytest_mps.machine import probe as probing
 
 BORN = os.getpid()
 bad_fork = [False]
@@ -428,10 +428,10 @@ def metal_device():
     return {"gpu": "Apple M4", "working_set": 12 << 30, "max_buffer": 9 << 30}
 
 
-real_probe = virtual._probe
+real_probe = probing._in_child
 
 
-def probe(device, timeout):
+def probe(device, timeout):  # the probe's op on the device, in a child
     note("probe")
     return real_probe(device, timeout)
 
@@ -442,7 +442,7 @@ torch._C._mps_is_available = is_available
 torch.mps._is_in_bad_fork = lambda: bad_fork[0]
 backend.on_macos = lambda: True
 mac_facts.metal_device = metal_device
-virtual._probe = probe
+probing._in_child = probe
 os.register_at_fork(before=lambda: note("fork"))
 """
 

@@ -20,6 +20,7 @@ frameworks' versions of the physical Mac are examples. Nothing here ran on a Mac
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -377,7 +378,7 @@ from pytest_mps.mac_facts import MacFacts
 
 backend.mac_facts = lambda: MacFacts(
     macos="15.5", build="24F74", model="Mac14,10", chip="Apple M2 Pro", vmm=False,
-    memory=24 << 30, gpu="Apple M2 Pro", gpu_cores=19, working_set=17 << 30,
+    memory=24 << 30, gpu="{gpu}", gpu_cores=19, working_set=17 << 30,
     max_buffer=13 << 30, metal=None, mpsgraph=None,
 )
 
@@ -390,24 +391,42 @@ torch.mps.synchronize = synchronize
 
 
 @pytest.mark.parametrize(
-    ("body", "sign"),
+    ("gpu", "body", "line", "outcome"),
     [
-        ("time.sleep(60)", "a 4-element op on mps did not finish within 0.5 s"),
         (
+            "Apple Paravirtual device",
+            "time.sleep(60)",
+            "virtual GPU (GPU 'Apple Paravirtual device'; a 4-element op on mps "
+            "did not finish within 0.5 s): MPS tests skip (*)",
+            {"skipped": 1},
+        ),
+        (
+            "Apple M2 Pro",
+            # a slow first op alone does not make a physical Mac virtual
+            "time.sleep(60)",
+            "the MPS device is slow, not virtual: a 4-element op on mps did not "
+            "finish within 0.5 s (--mps-probe-timeout), on a Mac with no sign of "
+            "a virtual GPU*",
+            {"passed": 1},
+        ),
+        (
+            "Apple M2 Pro",
             # what a paravirtual GPU's first allocation raised (pytorch#111576)
             'raise RuntimeError("MPS backend out of memory (MPS allocated: 0 '
             "bytes, other allocations: 0 bytes, max allowed: 1.70 GB). Tried to "
             'allocate 0 bytes on private pool.")',
-            "a 4-element op on mps failed: RuntimeError: MPS backend out of memory "
-            "(MPS allocated: 0 bytes, *",
+            "virtual GPU (a 4-element op on mps failed: RuntimeError: MPS backend "
+            "out of memory (MPS allocated: 0 bytes, *): MPS tests skip (*)",
+            {"skipped": 1},
         ),
     ],
-    ids=["hangs", "fails"],
+    ids=["hangs-runner", "hangs-physical", "fails"],
 )
-def test_a_probe_that_hangs_or_fails_marks_the_gpu_virtual(
-    pytester: pytest.Pytester, body: str, sign: str
+def test_a_probe_that_hangs_or_fails_marks_the_gpu_virtual_or_slow(
+    pytester: pytest.Pytester, gpu: str, body: str, line: str, outcome: dict[str, int]
 ) -> None:
-    pytester.makeconftest(PROBED_CONFTEST.replace("{body}", body))
+    conftest = PROBED_CONFTEST.replace("{body}", body).replace("{gpu}", gpu)
+    pytester.makeconftest(conftest)
     pytester.makepyfile(DEVICE_TESTS)
     result = pytester.runpytest_subprocess(
         "--mps-emulate",
@@ -416,10 +435,8 @@ def test_a_probe_that_hangs_or_fails_marks_the_gpu_virtual(
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        [f"pytest-mps machine: virtual GPU ({sign}): MPS tests skip (*)"]
-    )
+    result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines([f"pytest-mps machine: {line}"])
 
 
 COUNTING_CONFTEST = """
@@ -524,3 +541,36 @@ def test_the_memory_report_on_a_mac_names_all_three_limits(
             "fails)",
         ]
     )
+
+
+HANGING_OP = """
+import os
+import time
+
+import torch
+
+with open(os.environ["PROBE_PID_FILE"], "w") as file:
+    file.write(str(os.getpid()))
+torch.ones = lambda *args, **kwargs: time.sleep(600)  # a device that never answers
+"""
+
+
+def test_the_probe_runs_in_a_child_that_is_stopped_at_its_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from pytest_mps import backend
+    from pytest_mps.machine.probe import probe
+
+    monkeypatch.setattr(backend, "answers", {})
+    assert probe("cpu", 60.0) is None  # a real child process, a real op
+    # the child's Python imports this first (site's sitecustomize)
+    (tmp_path / "sitecustomize.py").write_text(HANGING_OP)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PROBE_PID_FILE", str(tmp_path / "pid"))
+    found = probe("cpu", 1.0)
+    assert found is not None and found.slow
+    assert found.text == "a 4-element op on cpu did not finish within 1 s"
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):  # stopped, not left on the device
+        os.kill(pid, 0)
+    assert backend.answers["probe"] == [True, found.text]  # what a server is given

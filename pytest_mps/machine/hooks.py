@@ -28,6 +28,9 @@ class Verdict(NamedTuple):
     signs: tuple[str, ...]
     #: why the cache is emptied after each test, or None
     empty_cache: str | None
+    #: the probe's op did not finish in time on a Mac with no sign of a
+    #: virtual GPU: reported, not a sign (a first Metal use compiles shaders)
+    slow: str | None = None
 
 
 _fingerprint_key = pytest.StashKey["Fingerprint"]()
@@ -66,10 +69,16 @@ def verdict(config: pytest.Config) -> Verdict:
         timeout = virtual.setting(
             config, "mps_probe_timeout", virtual.parse_timeout, virtual.PROBE_TIMEOUT
         )
+        slow = None
         if timeout > 0:
-            failed = virtual.probe("mps", timeout)
-            if failed is not None:
-                signs.append(failed)
+            from pytest_mps.devices import emulated
+            from pytest_mps.machine.probe import probe
+
+            failed = probe("mps", timeout, in_child=not emulated(config))
+            if failed is not None and failed.slow and not signs:
+                slow = failed.text
+            elif failed is not None:
+                signs.append(failed.text)
         mode = virtual.setting(
             config, "mps_empty_cache", virtual.parse_empty_cache, "auto"
         )
@@ -79,7 +88,7 @@ def verdict(config: pytest.Config) -> Verdict:
         elif mode == "auto":
             why = virtual.small_memory(machine, bool(signs))
             reason = None if why is None else f"{why} (--mps-empty-cache=auto)"
-        found = Verdict(tuple(signs), reason)
+        found = Verdict(tuple(signs), reason, slow)
     config.stash[_verdict_key] = found
     return found
 
@@ -92,6 +101,12 @@ def header_lines(config: pytest.Config) -> list[str]:
         lines.append(
             "pytest-mps machine: "
             + virtual.describe(list(found.signs), virtual.policy(config))
+        )
+    if found.slow:
+        lines.append(
+            f"pytest-mps machine: the MPS device is slow, not virtual: {found.slow} "
+            "(--mps-probe-timeout), on a Mac with no sign of a virtual GPU; the "
+            "probe's process was stopped"
         )
     if found.empty_cache:
         lines.append(

@@ -23,7 +23,6 @@ TransformerLens does by hand to fit its MPS job into 1 GB, #1264), ``always``,
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -125,57 +124,6 @@ def signs(found: Fingerprint) -> list[str]:
     ):
         listed.append(f"MPS working set {format_size(found.working_set)}")
     return listed
-
-
-def probe(device: str, timeout: float) -> str | None:
-    """None when one small op on ``device`` finishes within ``timeout`` seconds.
-
-    Otherwise what happened: the op's error (a paravirtual GPU's first
-    allocation can fail: "MPS backend out of memory (MPS allocated: 0 bytes",
-    pytorch#111576), or that it did not finish. The op runs on a daemon
-    thread, so a hung device leaves the session free to go on.
-
-    Where the process holds its parent's answers (the isolation's fork
-    server, which must not touch Metal), the parent's result.
-    """
-    from pytest_mps import backend
-
-    if backend.holding[0]:
-        held: str | None = backend.answers.get("probe")
-        return held
-    found = _probe(device, timeout)
-    backend.answers["probe"] = found
-    return found
-
-
-def _probe(device: str, timeout: float) -> str | None:
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            import torch
-
-            from pytest_mps import accelerator
-
-            target = torch.device(device)
-            value = torch.ones(4, device=target) * 2
-            accelerator.synchronize(target)
-            if float(value.sum().item()) != 8.0:
-                raise RuntimeError(f"4 ones times 2 summed to {value.sum().item()}")
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - reported, not raised
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, name="pytest-mps probe", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not outcome:
-        return f"a 4-element op on {device} did not finish within {timeout:g} s"
-    error = outcome[0]
-    if error is None:
-        return None
-    first = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"a 4-element op on {device} failed: {type(error).__name__}: {first}"
 
 
 def small_memory(found: Fingerprint, virtual: bool) -> str | None:
