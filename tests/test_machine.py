@@ -574,3 +574,47 @@ def test_the_probe_runs_in_a_child_that_is_stopped_at_its_limit(
     with pytest.raises(ProcessLookupError):  # stopped, not left on the device
         os.kill(pid, 0)
     assert backend.answers["probe"] == [True, found.text]  # what a server is given
+
+
+# Each test leaves a 4 MiB device tensor in a reference cycle (as a mock
+# holding the model does, TabPFN#1093); the collector stays off, as it would
+# until allocations trigger it, so only pytest-mps's collection can free them.
+CYCLES = """
+import gc
+
+import pytest
+import torch
+
+gc.disable()
+
+
+@pytest.mark.parametrize("n", range(3))
+def test_leaves_a_cycle(device, n):
+    holder = {"weights": torch.ones(1 << 20, device=device)}
+    holder["self"] = holder
+
+
+def test_the_cycles_are_gone(device):
+    assert torch.mps.current_allocated_memory() < 1 << 20
+"""
+
+
+@pytest.mark.parametrize("mode", ["always", "never"])
+def test_empty_cache_frees_device_tensors_held_in_reference_cycles(
+    pytester: pytest.Pytester, mode: str
+) -> None:
+    pytester.makepyfile(test_cycles=CYCLES)
+    result = pytester.runpytest_subprocess(
+        "--mps-emulate", f"--mps-empty-cache={mode}", "-p", "no:cacheprovider"
+    )
+    if mode == "never":  # the cycles stay: the last test sees 12 MiB on the device
+        result.assert_outcomes(passed=3, failed=1)
+        return
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-mps machine: emptied the MPS cache after each of 4 tests "
+            "(--mps-empty-cache=always); 3 left device tensors in reference "
+            "cycles, and a garbage collection after each freed 12.00 MiB"
+        ]
+    )

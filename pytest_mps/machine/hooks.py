@@ -13,6 +13,7 @@ import pytest
 
 from pytest_mps import ownership
 from pytest_mps.machine import virtual
+from pytest_mps.machine.cache import Emptier, before_key, emptier_key
 
 if TYPE_CHECKING:
     from pytest_mps.machine.fingerprint import Fingerprint
@@ -35,7 +36,6 @@ class Verdict(NamedTuple):
 
 _fingerprint_key = pytest.StashKey["Fingerprint"]()
 _verdict_key = pytest.StashKey[Verdict]()
-_emptied_key = pytest.StashKey[int]()
 
 
 def fingerprint(config: pytest.Config) -> Fingerprint:
@@ -193,6 +193,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # a bfloat16 kernel on a GPU without Metal's bfloat can abort the whole
     # process (exit 134 on hosted runners' Apple5 GPU: qvac#3775): skip first
     config = item.config
+    emptier = _emptier(config)
+    if emptier is not None:
+        item.stash[before_key] = emptier.before()
     if not _runs_mps(config) or not _uses_mps(item) or not _uses_bfloat16(item):
         return
     found = fingerprint(config)
@@ -204,28 +207,39 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+def _emptier(config: pytest.Config) -> Emptier | None:
+    """The session's cache emptying, where it empties (made once)."""
+    found = config.stash.get(emptier_key, None)
+    if found is None and _runs_mps(config):
+        reason = verdict(config).empty_cache
+        if reason:
+            found = config.stash[emptier_key] = Emptier(reason)
+    return found
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    emptier = _emptier(session.config)
+    if emptier is not None:
+        emptier.freeze()
+
+
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     try:
         return (yield)
     finally:
-        config = item.config
-        if _runs_mps(config) and verdict(config).empty_cache:
-            import torch
+        emptier = _emptier(item.config)
+        if emptier is not None:
+            emptier.after(item.stash.get(before_key, None))
 
-            from pytest_mps import accelerator
-            from pytest_mps.watch.attribution import plugin_work
 
-            with plugin_work():
-                accelerator.empty_cache(torch.device("mps"))
-            config.stash[_emptied_key] = config.stash.get(_emptied_key, 0) + 1
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    emptier = session.config.stash.get(emptier_key, None)
+    if emptier is not None:
+        emptier.unfreeze()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    emptied = config.stash.get(_emptied_key, 0)
-    if emptied:
-        reason = verdict(config).empty_cache
-        terminalreporter.write_line(
-            f"pytest-mps machine: emptied the MPS cache after each of {emptied} "
-            f"tests ({reason})"
-        )
+    emptier = config.stash.get(emptier_key, None)
+    if emptier is not None and emptier.emptied:
+        terminalreporter.write_line(emptier.summary())
