@@ -180,7 +180,7 @@ def _undo(config: pytest.Config, *undo: Any) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _undo(config, parity, known_failures, emulate, watch)
+    _undo(config, parity, known_failures, emulate, watch, isolation)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_unconfigure")

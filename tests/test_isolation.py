@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -391,6 +392,7 @@ def test_an_isolated_skip_and_xfail_read_as_pytest_makes_them(
 # probe's op) is recorded with the role of the process that made it.
 FAKE_MAC = """
 import json
+import time
 import os
 
 import torch
@@ -497,3 +499,49 @@ def test_the_fork_server_touches_no_metal_and_a_bad_fork_fails_in_one_line(
     # each child asks the device for itself, in a good fork
     children = [call for role, call in calls if role == "child"]
     assert children.count("torch._C._mps_is_available") == 3
+
+
+@pytest.mark.parametrize(
+    "hang",
+    [
+        # a plugin's (here a conftest's) unconfigure that never returns
+        "def pytest_unconfigure(config):\n    time.sleep(600)\n",
+        # an atexit handler that waits on a queue that never signals
+        "atexit.register(lambda: threading.Event().wait())\n",
+        # a non-daemon thread that never ends: the interpreter waits at exit
+        "def pytest_sessionfinish(session):\n"
+        "    threading.Thread(target=threading.Event().wait).start()\n",
+    ],
+    ids=["unconfigure", "atexit", "thread"],
+)
+def test_a_hang_after_the_last_test_ends_within_the_limit_with_results_written(
+    pytester: pytest.Pytester, hang: str
+) -> None:
+    pytester.makeconftest("import atexit\nimport threading\nimport time\n\n" + hang)
+    pytester.makepyfile("def test_ok():\n    assert True\n")
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        "--mps-timeout=3", "--junitxml=junit.xml", timeout=120
+    )
+    took = time.monotonic() - started
+    # the limit, with a floor of 20 s for the summary and other plugins' reports
+    assert took < 3 + 30, f"the process took {took:.0f} s"
+    assert result.ret == 0  # the session's own status: its one test passed
+    result.stdout.fnmatch_lines(["*1 passed*"])
+    result.stderr.fnmatch_lines(
+        [
+            "pytest-mps isolation: the process did not end within 20 s of the "
+            "session's end (--mps-timeout=3): a hang after the last test*",
+        ]
+    )
+    cases = list(ET.parse(pytester.path / "junit.xml").getroot().iter("testcase"))
+    assert [c.get("name") for c in cases] == ["test_ok"]
+
+
+def test_a_session_that_ends_on_time_is_not_held_or_cut(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_ok():\n    assert True\n")
+    result = pytester.runpytest_subprocess("--mps-timeout=3", timeout=60)
+    assert result.ret == 0
+    result.stderr.no_fnmatch_line("*did not end within*")

@@ -194,6 +194,13 @@ def pytest_runtest_call_recorded(item: pytest.Item) -> Generator[None, None, Non
         return (yield)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from pytest_mps.isolation import shutdown
+
+    shutdown.session_finished(session.config, int(exitstatus))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     sidecar = config.stash.get(_sidecar_key, None)
     if sidecar is not None:

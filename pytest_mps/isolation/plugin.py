@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_mps import ownership
-from pytest_mps.isolation import settings
+from pytest_mps.isolation import settings, shutdown
 from pytest_mps.options import argparse_type
 
 HOOKS = "pytest_mps.isolation.hooks"
@@ -57,6 +57,7 @@ def _asked(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    shutdown.configured(config)
     ownership.register_markers(config, *settings.MARKERS)
     # bad ini values are one-line usage errors now, not at the first test
     settings.start_method(config)
@@ -75,3 +76,8 @@ def pytest_collection_modifyitems(
     )
     if marked:
         ownership.register_hooks_at_collection(config, HOOKS, items)
+
+
+# startup.py calls this (even once pytest-mps is off: the count stays right)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutdown.unconfigured(config)
