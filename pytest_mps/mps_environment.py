@@ -104,6 +104,11 @@ class MpsEnvironment(NamedTuple):
             mps = f"mps: none on {sys.platform} (MPS needs an Apple-silicon Mac)"
         elif self.mps_built is None:
             mps = "mps: not checked (torch is not loaded yet)"
+        elif self.mps_available is None:
+            mps = (
+                "mps built: True, available: not asked (a run that does not ask "
+                "for pytest-mps starts no Metal)"
+            )
         else:
             mps = f"mps built: {self.mps_built}, available: {self.mps_available}"
         line = f"pytest-mps: {torch_part}, devices: {', '.join(self.devices)}; {mps}"
@@ -145,7 +150,10 @@ def read_environment(
         import torch
 
         version = torch.__version__
-        built, available = backend.mps_built(), backend.mps_available()
+        built = backend.mps_built()
+        # is_available() starts Metal (MPSDevice): not in a run that never
+        # asked for pytest-mps (a guest's header), where it is built
+        available = backend.mps_available() if check or not built else None
     variables = {
         k: v
         for k, v in sorted(os.environ.items())

@@ -307,3 +307,30 @@ def test_an_m4_runs_its_bf16_tests(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["pytest-mps machine: *GPU Apple M4, Apple9; *"])
     result.stdout.no_fnmatch_line("*virtual*")
+
+
+def test_a_guest_run_on_a_mac_starts_no_metal_for_its_header(
+    pytester: pytest.Pytester,
+) -> None:
+    # a conftest that imports torch, on a Mac (the shim: built, and an
+    # availability check that records; PyTorch's _mps_is_available starts
+    # the MPS device), in a run that asks nothing of pytest-mps
+    pytester.makeconftest(
+        """
+        import torch
+
+        asked = []
+        torch.backends.mps.is_built = lambda: True
+        torch.backends.mps.is_available = lambda: asked.append(1) or True
+
+        def pytest_unconfigure(config):
+            print(f"is_available asked {len(asked)} times")
+        """
+    )
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["pytest-mps: torch *mps built: True, available: not asked*",
+         "is_available asked 0 times"]
+    )  # fmt: skip
