@@ -319,3 +319,42 @@ def test_conv():
             "the call at test_net.py:*",
         ]
     )
+
+
+def test_a_submodule_whose_forward_hook_changes_it_on_the_device_is_named(
+    pytester: pytest.Pytester,
+) -> None:
+    # the user's hook changes fc1's output on the device: the model receives
+    # the hooked output, so the layer judged must be fc1, not its parent
+    result = _run(
+        pytester,
+        """
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 16)
+        self.fc2 = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def on_device_only(module, args, output):
+    return output * 1.05 if output.device.type == "mps" else output
+
+
+def test_net():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), Block(), nn.Linear(16, 4))
+    net[1].fc1.register_forward_hook(on_device_only)
+    assert_device_parity(net, torch.randn(4, 8), device="mps")
+""",
+        "--mps-emulate",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E  *   first layer out of tolerance with its inputs within it: "
+            "net.1.fc1 (Linear), forward: output 0 *",
+        ]
+    )

@@ -84,15 +84,25 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 
 class LayerRecorder:
-    """Every module call's inputs, outputs and their gradients, in call order."""
+    """Every module call's inputs, outputs and their gradients, in call order.
+
+    The inputs are read by a global forward pre-hook; the outputs by a hook
+    of each module's own, added at its first call, after the hooks it has:
+    PyTorch runs global forward hooks before a module's (``Module._call_impl``),
+    so a global one would read an output before the user's hooks change it,
+    while the rest of the model receives it after them.
+    """
 
     def __init__(self, root_name: str) -> None:
         self.names = Names(root_name)
         self.calls: list[Call] = []
         self.open: list[Call] = []
+        self.handles: dict[int, Any] = {}
 
     def enter(self, module: Any, args: Any) -> None:
         """Forward pre-hook: copy the inputs, hook their gradients."""
+        if id(module) not in self.handles:
+            self.handles[id(module)] = module.register_forward_hook(self.leave)
         self.names.enter(module, args)
         name, kind = self.names.stack[-1]
         call = Call(name, kind, len(self.names.stack))
@@ -125,19 +135,18 @@ def _keep(into: dict[int, torch.Tensor], index: int) -> Any:
 
 @contextlib.contextmanager
 def recording(recorder: LayerRecorder) -> Iterator[None]:
-    """The recorder's global module hooks, on for the block."""
+    """The recorder's module hooks, on for the block."""
     import torch
 
     hooks = torch.nn.modules.module
     pre = hooks.register_module_forward_pre_hook(recorder.enter)
     try:
-        post = hooks.register_module_forward_hook(recorder.leave)
-        try:
-            yield
-        finally:
-            post.remove()
+        yield
     finally:
         pre.remove()
+        for handle in recorder.handles.values():
+            handle.remove()
+        recorder.handles.clear()
 
 
 @dataclasses.dataclass(frozen=True)
