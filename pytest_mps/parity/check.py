@@ -25,6 +25,7 @@ from pytest_mps.parity.compare import (
     compare_runs,
     dtype_name,
     table,
+    tf32_allowed,
 )
 from pytest_mps.parity.findings import Localization
 from pytest_mps.parity.layouts import (
@@ -142,8 +143,11 @@ def _check(
     if is_module:
         train, why = mode_notes(fn_or_module, train, seed, ref.type, target.type)
         notes += why
+    tf32 = False
     if "cuda" in (ref.type, target.type):
-        notes += tf32_notes(fn_or_module if is_module else None)
+        found = tf32_notes(fn_or_module if is_module else None)
+        notes += found
+        tf32 = target.type == "cuda" and bool(found)
     if steps:
         how = "SGD(lr=0.1)" if optimizer is None else "the given optimizer"
         notes.append(f"{steps} optimizer step{'s' if steps > 1 else ''} with {how}")
@@ -153,7 +157,7 @@ def _check(
     )  # fmt: skip
     # the plugin's own work: the reference, the copies, the comparison; the
     # device side's calls into the user's code are the user's (parity.run)
-    with plugin_work():
+    with plugin_work(), tf32_allowed(tf32):
         try:
             return _run_and_compare(
                 where, plan, (ref, target), (reference_dtype, target_dtype), notes,

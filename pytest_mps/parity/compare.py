@@ -17,6 +17,7 @@ as equal.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterator
@@ -57,6 +58,28 @@ _HALF = {
 # ops, matmul-backed losses) atol=1e-4, rtol=3e-5 in float32 and complex64
 # (TestConsistency._compute_tolerances in test/test_mps.py).
 _MPS_SINGLE = {"float32": (3e-5, 1e-4), "complex64": (3e-5, 1e-4)}
+# TF32 rounds float32 operands to 10-bit mantissas (unit roundoff 2**-11,
+# about 4.9e-4) before multiplying: cuDNN's convolutions and RNNs do so by
+# default on CUDA (torch.backends.cudnn.allow_tf32), float32 matmuls where
+# torch.backends.cuda.matmul.allow_tf32 or float32_matmul_precision says. A
+# correct GRU then differs from the CPU by 2.8e-4 (issue 76, an H200). The
+# allowance stays ten times under a 1% fault: an element of a leaf whose
+# output is 1% off fails wherever it is over a tenth of the leaf's scale.
+_TF32 = {"float32": (1e-3, 1e-3), "complex64": (1e-3, 1e-3)}
+
+#: True while a check whose device side uses TF32 compares (:func:`tf32_allowed`).
+_tf32: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def tf32_allowed(on: bool) -> Iterator[None]:
+    """Within the block, CUDA float32 leaves get TF32's allowance where ``on``."""
+    before = _tf32[0]
+    _tf32[0] = on
+    try:
+        yield
+    finally:
+        _tf32[0] = before
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -67,14 +90,17 @@ def dtype_name(dtype: torch.dtype) -> str:
 def default_tolerance(dtype: torch.dtype, device_type: str) -> tuple[float, float]:
     """``(rtol, atol)`` for a leaf of ``dtype`` computed on a ``device_type``.
 
-    assert_close's defaults, wider for float16/bfloat16 everywhere and for
-    float32 on MPS; exact (0, 0) for integers and bools.
+    assert_close's defaults, wider for float16/bfloat16 everywhere, for
+    float32 on MPS, and for float32 on CUDA within :func:`tf32_allowed`;
+    exact (0, 0) for integers and bools.
     """
     name = dtype_name(dtype)
     if name in _HALF:
         return _HALF[name]
     if device_type == "mps" and name in _MPS_SINGLE:
         return _MPS_SINGLE[name]
+    if device_type == "cuda" and _tf32[0] and name in _TF32:
+        return _TF32[name]
     return _ASSERT_CLOSE.get(name, (0.0, 0.0))
 
 
@@ -85,6 +111,8 @@ def tolerance_source(dtype: torch.dtype, device_type: str) -> str:
         return "test_mps.py's matmul-family tolerance (half precision)"
     if device_type == "mps" and name in _MPS_SINGLE:
         return "test_mps.py's FP32_LOW_PRECISION_LIST tolerance (MPS)"
+    if device_type == "cuda" and _tf32[0] and name in _TF32:
+        return "TF32's allowance: the device side rounds float32 to TF32, see above"
     if name in _ASSERT_CLOSE:
         return "torch.testing.assert_close's default"
     return "exact"

@@ -354,7 +354,12 @@ def mode_notes(
 
 
 def tf32_notes(module: Any) -> list[str]:
-    """CUDA float32 kernels that round to TF32 (10-bit mantissas) here."""
+    """CUDA float32 kernels that round to TF32 (10-bit mantissas) here.
+
+    Any note means the device side's float32 leaves get TF32's allowance
+    (:func:`pytest_mps.parity.compare.tf32_allowed`). A function (not a
+    module) is seen through the matmul settings only.
+    """
     import torch
     from torch import nn
 
@@ -363,17 +368,18 @@ def tf32_notes(module: Any) -> list[str]:
     if precision != "highest":
         notes.append(
             f"cuda: float32 matmuls may use TF32 or bfloat16 (float32 matmul "
-            f"precision {precision!r}): expect differences near 1e-3"
+            f"precision {precision!r}): float32 leaves get TF32's allowance"
         )
     convs: tuple[type, ...] = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
     convs += (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-    if (
-        module is not None
-        and torch.backends.cudnn.allow_tf32
-        and any(isinstance(m, convs) for m in module.modules())
-    ):
-        notes.append(
-            "cuda: cuDNN convolutions use TF32 (torch.backends.cudnn.allow_tf32, "
-            "on by default): expect float32 differences near 1e-3"
-        )
+    rnns: tuple[type, ...] = (nn.RNN, nn.GRU, nn.LSTM)
+    if module is not None and torch.backends.cudnn.allow_tf32:
+        found = {type(m).__name__ for m in module.modules() if isinstance(m, convs)}
+        found |= {type(m).__name__ for m in module.modules() if isinstance(m, rnns)}
+        if found:
+            notes.append(
+                f"cuda: cuDNN runs {', '.join(sorted(found))} in TF32 "
+                "(torch.backends.cudnn.allow_tf32, on by default): float32 "
+                "leaves get TF32's allowance"
+            )
     return notes
