@@ -98,12 +98,17 @@ def _meta(config: pytest.Config) -> dict[str, Any]:
 
 def write_json_atomically(path: Path, data: Any) -> None:
     """Write ``data`` as JSON so readers never see a half-written file."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    write_text_atomically(path, text)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

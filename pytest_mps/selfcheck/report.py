@@ -13,11 +13,11 @@ then each item's details. Both are written atomically (a temporary file, then
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_mps.report import write_text_atomically
 
 VERDICTS = ("agrees", "differs", "not run", "error")
 
@@ -35,18 +35,6 @@ class Item:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"{self.name}: verdict {self.verdict!r} not in {VERDICTS}")
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _cell(text: str) -> str:
@@ -90,6 +78,6 @@ def write(
         "items": [asdict(i) for i in items],
     }
     md, js = folder / "selfcheck.md", folder / "selfcheck.json"
-    _write(js, json.dumps(data, indent=2, default=str) + "\n")
-    _write(md, markdown(version, machine, items))
+    write_text_atomically(js, json.dumps(data, indent=2, default=str) + "\n")
+    write_text_atomically(md, markdown(version, machine, items))
     return md, js
