@@ -172,7 +172,11 @@ def check_usable(device: str, where: str) -> None:
     if device == "mps":
         reason = backend.mps_unavailable_reason()
         if reason is not None:
-            raise pytest.UsageError(f"{where}: MPS cannot be used: {reason}")
+            raise pytest.UsageError(
+                f"{where}: MPS cannot be used: {reason}. To run the mps cases "
+                "on this machine, add --mps-emulate (the emulated device fails "
+                "where a Mac fails)"
+            )
         return
     if device.startswith("cuda"):
         if not backend.torch_installed():

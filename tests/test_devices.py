@@ -197,7 +197,13 @@ def test_device_mps_without_mps_names_the_flag(pytester: pytest.Pytester) -> Non
     pytester.makepyfile(DEVICE_TEST)
     result = pytester.runpytest("--device", "mps:0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --device mps: MPS cannot be used: *"])
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --device mps: MPS cannot be used: *. To run the mps cases on "
+            "this machine, add --mps-emulate (the emulated device fails where a "
+            "Mac fails)"
+        ]
+    )
 
 
 def test_mps_device_fixture_skips_off_mps_with_a_reason(
