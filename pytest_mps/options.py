@@ -12,6 +12,7 @@ rather than an argparse error, which pytest prints with four lines of usage.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -138,3 +139,79 @@ def read_setting(
         return parse(str(value), where)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+#: The ini names pytest-mps registered (filled by :func:`recording_ini_names`).
+INI_NAMES: list[str] = []
+
+
+class recording_ini_names:  # noqa: N801 - used as a context manager, read as one
+    """``with recording_ini_names(parser):`` keeps every ini name added inside."""
+
+    def __init__(self, parser: pytest.Parser) -> None:
+        self.parser = parser
+        self.real = parser.addini
+
+    def __enter__(self) -> None:
+        def addini(name: str, *args: object, **kwargs: object) -> None:
+            if name not in INI_NAMES:
+                INI_NAMES.append(name)
+            self.real(name, *args, **kwargs)  # type: ignore[arg-type]
+
+        self.parser.addini = addini  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        del self.parser.addini  # the class's method again
+
+
+def unknown_ini_keys(config: pytest.Config) -> list[str]:
+    """One line per ``mps_*`` key of the ini file that pytest-mps does not know.
+
+    pytest's own warning ("Unknown config option") names the key only, and the
+    suite then runs as if it were not set (``mps_emualte = true`` runs on the
+    CPU): this names the file and the key meant.
+    """
+    path = config.inipath
+    if path is None or not INI_NAMES:
+        return []
+    keys = [k for k in _ini_keys(str(path)) if k.startswith("mps_")]
+    lines = []
+    for key in keys:
+        if key in INI_NAMES:
+            continue
+        meant = closest(key, INI_NAMES)
+        hint = f"; did you mean {meant}?" if meant else ""
+        lines.append(
+            f"ini option {key} in {path} is not one of pytest-mps's, so it does "
+            f"nothing{hint}"
+        )
+    return lines
+
+
+def _ini_keys(path: str) -> list[str]:
+    """The keys of pytest's section in the ini file at ``path``."""
+    if path.endswith(".toml"):
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pytest requires tomli before 3.11
+            import tomli as tomllib  # type: ignore[import-not-found, no-redef, unused-ignore]
+
+        try:
+            with open(path, "rb") as file:
+                data = tomllib.load(file)
+        except (OSError, ValueError):
+            return []
+        tool = data.get("tool", {}).get("pytest", {})
+        section = tool.get("ini_options", tool)
+        return [k for k in section if isinstance(k, str)]
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (OSError, configparser.Error):
+        return []
+    for name in ("pytest", "tool:pytest"):
+        if parser.has_section(name):
+            return list(parser.options(name))
+    return []

@@ -42,6 +42,7 @@ from pytest_mps.environment import mps_environment as mps_environment
 from pytest_mps.isolation import plugin as isolation
 from pytest_mps.known_failures import plugin as known_failures
 from pytest_mps.machine import plugin as machine
+from pytest_mps.options import recording_ini_names, unknown_ini_keys
 from pytest_mps.parity import plugin as parity
 from pytest_mps.seeding import seed as seed
 from pytest_mps.watch import plugin as watch
@@ -63,7 +64,7 @@ FIXTURES = (
 def pytest_addoption(parser: pytest.Parser, pluginmanager: Any) -> None:
     if guard.is_off(pluginmanager):
         return
-    with guard.Door(pluginmanager, "pytest_addoption"):
+    with guard.Door(pluginmanager, "pytest_addoption"), recording_ini_names(parser):
         # in this order in --help
         flags.pytest_addoption(parser, pluginmanager)
         devices.pytest_addoption(parser)
@@ -137,7 +138,15 @@ def pytest_configure(config: pytest.Config) -> None:
         report.pytest_configure,
         seeding.pytest_configure,
         devices.pytest_configure,
+        _warn_unknown_ini_keys,
     )
+
+
+def _warn_unknown_ini_keys(config: pytest.Config) -> None:
+    for line in unknown_ini_keys(config):
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(f"pytest-mps: {line}"), stacklevel=2
+        )
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_configure")

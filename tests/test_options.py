@@ -177,3 +177,36 @@ def test_a_bad_list_ini_value_is_one_line_while_its_feature_is_off(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: ini option {key} in *tox.ini: {expected}"])
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pytest.ini", "[pytest]\nmps_emualte = true\n"),
+        ("tox.ini", "[pytest]\nmps_emualte = true\n"),
+        ("pyproject.toml", "[tool.pytest.ini_options]\nmps_emualte = true\n"),
+    ],
+)
+def test_a_typoed_ini_key_is_a_warning_naming_the_key_meant(
+    pytester: pytest.Pytester, name: str, text: str
+) -> None:
+    # pytest's own warning names the key only, and the suite then ran on the CPU
+    (pytester.path / name).write_text(text)
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, warnings=2)
+    result.stdout.fnmatch_lines(
+        [
+            f"*PytestConfigWarning: pytest-mps: ini option mps_emualte in *{name} "
+            "is not one of pytest-mps's, so it does nothing; did you mean "
+            "mps_emulate?"
+        ]
+    )
+
+
+def test_known_ini_keys_raise_no_warning(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmps_seed = 3\n")
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*is not one of pytest-mps's*")
