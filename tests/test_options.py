@@ -210,3 +210,14 @@ def test_known_ini_keys_raise_no_warning(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*is not one of pytest-mps's*")
+
+
+def test_another_plugins_mps_key_is_left_alone(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "def pytest_addoption(parser):\n    parser.addini('mps_colour', 'theirs')\n"
+    )
+    pytester.makeini("[pytest]\nmps_colour = red\n")
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*is not one of pytest-mps's*")
