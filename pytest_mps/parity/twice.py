@@ -13,8 +13,10 @@ twice=True)`` adds the same check to a parity check.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_mps.assertions import argument_names
@@ -127,7 +129,7 @@ def twice(
     recorder = TwiceRecorder(str(target), plan.name, tolerances)
     # the plugin's own work (copies, the float64 comparison); the first run's
     # calls into the user's code are the user's, judged by --mps-audit
-    with plugin_work():
+    with plugin_work(), _deterministic(target):
         with rng_restored([target]):
             with recording(recorder):
                 first = run(plan, target, dtype, checked=True)
@@ -179,6 +181,40 @@ def twice(
     return lines, d
 
 
+@contextlib.contextmanager
+def _deterministic(target: torch.device) -> Iterator[None]:
+    """On CUDA, PyTorch's deterministic kernels for both runs.
+
+    CUDA's documented nondeterministic kernels (atomics: ``max_pool2d``'s and
+    ``index_add``'s backward, cuDNN's convolution algorithms) answer
+    differently from run to run by design, and the first of them would be
+    named in place of an op that drifts when it should not (pytorch#180776's
+    ``F.linear`` on MPS). ``warn_only``: an op without a deterministic kernel
+    still runs (its warning is left out); everything is put back after.
+    """
+    import torch
+
+    if target.type != "cuda":
+        yield
+        return
+    cudnn = torch.backends.cudnn
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        cudnn.deterministic,
+        cudnn.benchmark,
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "(?s).*does not have a deterministic")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        cudnn.deterministic, cudnn.benchmark = before[2], before[3]
+
+
 def _index(index: tuple[int, ...] | None) -> str:
     return "()" if not index else "(" + ", ".join(map(str, index)) + ")"
 
@@ -203,11 +239,13 @@ def assert_reproducible(
     backward of fixed weights on the outputs, ``steps`` optimizer steps), on
     the one device. Every output, gradient, parameter after the steps and
     buffer must agree, bit for bit by default (``rtol``/``atol`` allow
-    more: GPU atomics such as ``index_add`` on CUDA are not bitwise
-    reproducible). On a difference the :class:`NotReproducible` error names the
-    leaves and the first aten op whose outputs differ between the runs from
-    the same inputs, with its layer, the user's line, its inputs and the
-    worst element.
+    more). On CUDA both runs use PyTorch's deterministic kernels
+    (``torch.use_deterministic_algorithms(True, warn_only=True)``, cuDNN's
+    deterministic algorithms), put back after: its documented atomics are
+    not what this check looks for. On a difference the
+    :class:`NotReproducible` error names the leaves and the first aten op
+    whose outputs differ between the runs from the same inputs, with its
+    layer, the user's line, its inputs and the worst element.
     """
     __tracebackhide__ = True
 
