@@ -56,7 +56,11 @@ class TwiceRecorder(Recorder):
     def __init__(self, device: str, root_name: str, tolerances: Any) -> None:
         super().__init__(device, root_name, tolerances)
         self.root_name = root_name
-        self.first: list[list[torch.Tensor]] = []
+        #: the first run's outputs by (op, its call count of that op): the
+        #: runs may differ by one-time ops (a cuDNN RNN's first call), which
+        #: would shift a plain index onto another op's outputs
+        self.first: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self.calls: dict[str, int] = {}
         self.kept = 0
         self.full = False  # the first run outgrew KEPT_BYTES: later ops unkept
         self.second = False
@@ -65,6 +69,7 @@ class TwiceRecorder(Recorder):
     def start_second(self) -> None:
         """The first run is over: compare from now on."""
         self.second = True
+        self.calls = {}
         self.found = Localization(self.found.device)
         self.modules = Names(self.root_name)
         self.nodes = {}
@@ -78,19 +83,22 @@ class TwiceRecorder(Recorder):
         outs = [
             to_host(t) for t in _pytree.tree_leaves(out) if isinstance(t, torch.Tensor)
         ]
+        key = (name, self.calls.get(name, 0))
+        self.calls[name] = key[1] + 1
         if not self.second:
             size = sum(t.numel() * t.element_size() for t in outs)
             if self.kept + size > KEPT_BYTES:
                 self.full = True
             if not self.full:
                 self.kept += size
-                self.first.append(outs)
+                self.first[key] = outs
             return
         index = self.found.ops - 1
-        if self.differs is not None or index >= len(self.first):
+        kept = self.first.get(key)
+        if self.differs is not None or kept is None:
             return
         rtol, atol = self.tolerances
-        for i, (a, b) in enumerate(zip(self.first[index], outs, strict=False)):
+        for i, (a, b) in enumerate(zip(kept, outs, strict=False)):
             if a.shape != b.shape or a.dtype != b.dtype or a.is_complex():
                 continue
             label = "output" if len(outs) == 1 else f"output {i}"
